@@ -1,0 +1,128 @@
+"""Policy, value and entropy losses, and verl's loss-aggregation modes.
+
+Aggregation is normalised by *global* counts: pass the number of response tokens (`batch_num_tokens`) or
+non-empty sequences (`global_batch_size`) of the whole mini-batch, summed over micro-batches and data-parallel
+ranks. Then summing the losses of any micro-batch split gives the full-batch loss, whatever the layout.
+`dp_size` multiplies the result, for gradient reductions that average over data-parallel ranks.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from megarl.algorithms.masked import masked_mean, masked_sum
+from megarl.registry import Registry
+
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+POLICY_LOSSES: Registry = Registry("policy loss")
+register_policy_loss = POLICY_LOSSES.register
+
+
+def loss_normalizers(loss_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The counts `agg_loss` normalises by, for `loss_mask`; sum them over micro-batches and ranks."""
+    return {"batch_num_tokens": loss_mask.sum(), "global_batch_size": (loss_mask.sum(-1) > 0).sum()}
+
+
+def agg_loss(
+    loss_mat: torch.Tensor,
+    loss_mask: torch.Tensor,
+    loss_agg_mode: str,
+    dp_size: int = 1,
+    batch_num_tokens: torch.Tensor | float | None = None,
+    global_batch_size: torch.Tensor | float | None = None,
+    loss_scale_factor: float | None = None,
+) -> torch.Tensor:
+    """Aggregate a [batch, response_length] loss matrix into a scalar.
+
+    token-mean: Σ loss / #tokens. seq-mean-token-sum: mean over sequences of each sequence's token sum.
+    seq-mean-token-mean: mean over sequences of each sequence's token mean. seq-mean-token-sum-norm (Dr.GRPO):
+    seq-mean-token-sum divided by `loss_scale_factor`, a constant (default: the padded response length;
+    pass the configured max response length so micro-batches of different padding agree).
+    Fully masked rows contribute nothing and are not counted as sequences.
+    """
+    if loss_agg_mode == "token-mean":
+        if batch_num_tokens is None:
+            batch_num_tokens = loss_mask.sum()
+        return masked_sum(loss_mat, loss_mask) / _at_least_one(batch_num_tokens) * dp_size
+    if loss_agg_mode not in LOSS_AGG_MODES:
+        raise ValueError(f"unknown loss_agg_mode {loss_agg_mode!r}; known: {', '.join(LOSS_AGG_MODES)}")
+    tokens_per_seq = loss_mask.sum(dim=-1)
+    seq_losses = (loss_mat * loss_mask).sum(dim=-1)
+    if loss_agg_mode == "seq-mean-token-mean":
+        seq_losses = seq_losses / (tokens_per_seq + 1e-8)
+    seq_mask = (tokens_per_seq > 0).to(loss_mat.dtype)
+    if global_batch_size is None:
+        global_batch_size = seq_mask.sum()
+    loss = masked_sum(seq_losses, seq_mask) / _at_least_one(global_batch_size) * dp_size
+    if loss_agg_mode == "seq-mean-token-sum-norm":
+        loss = loss / (loss_scale_factor if loss_scale_factor is not None else loss_mask.shape[-1])
+    return loss
+
+
+def _at_least_one(count):
+    # An empty (all-masked) batch has a zero loss, not 0/0.
+    return count.clamp(min=1) if isinstance(count, torch.Tensor) else max(count, 1)
+
+
+@register_policy_loss("vanilla")
+def compute_policy_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    cliprange_low: float = 0.2,
+    cliprange_high: float = 0.2,
+    clip_ratio_c: float = 3.0,
+    loss_agg_mode: str = "token-mean",
+    **agg_kwargs,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """PPO clipped surrogate with clip-higher (asymmetric range) and dual-clip (arXiv:1912.09729).
+
+    Returns (pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower). For negative advantages the loss is bounded
+    by −A·clip_ratio_c, so a huge ratio on a bad action cannot dominate the update.
+    `agg_kwargs` (dp_size, batch_num_tokens, global_batch_size, loss_scale_factor) go to `agg_loss`.
+    """
+    if clip_ratio_c <= 1.0:
+        raise ValueError(f"clip_ratio_c must be > 1.0 for dual-clip, got {clip_ratio_c}")
+    negative_approx_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
+    ratio = torch.exp(negative_approx_kl)
+    ppo_kl = masked_mean(-negative_approx_kl, response_mask)
+
+    pg_losses1 = -advantages * ratio
+    pg_losses2 = -advantages * torch.clamp(ratio, 1 - cliprange_low, 1 + cliprange_high)
+    clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)
+    pg_clipfrac = masked_mean(torch.gt(pg_losses2, pg_losses1).float(), response_mask)
+
+    pg_losses3 = -advantages * clip_ratio_c
+    clip_pg_losses2 = torch.minimum(pg_losses3, clip_pg_losses1)
+    negative = advantages < 0
+    pg_clipfrac_lower = masked_mean((torch.gt(clip_pg_losses1, pg_losses3) & negative).float(), response_mask)
+
+    pg_losses = torch.where(negative, clip_pg_losses2, clip_pg_losses1)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, **agg_kwargs)
+    return pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower
+
+
+def compute_value_loss(
+    vpreds: torch.Tensor,
+    returns: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    cliprange_value: float,
+    loss_agg_mode: str = "token-mean",
+    **agg_kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Clipped value loss: 0.5 · max((v − R)², (clip(v, v_old ± ε) − R)²). Returns (vf_loss, vf_clipfrac)."""
+    vpred_clipped = torch.clamp(vpreds, values - cliprange_value, values + cliprange_value)
+    vf_losses1 = (vpreds - returns) ** 2
+    vf_losses2 = (vpred_clipped - returns) ** 2
+    vf_loss = 0.5 * agg_loss(torch.maximum(vf_losses1, vf_losses2), response_mask, loss_agg_mode, **agg_kwargs)
+    vf_clipfrac = masked_mean(torch.gt(vf_losses2, vf_losses1).float(), response_mask)
+    return vf_loss, vf_clipfrac
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of softmax(logits) over the last dimension: logsumexp(z) − Σ p·z."""
+    probs = torch.softmax(logits, dim=-1)
+    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)

@@ -1,0 +1,61 @@
+"""The `megarl` command: train, preprocess."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+PREPROCESS_OPTIONS = ("data_source", "question_key", "solution_key", "instruction")
+
+
+def preprocess_main(argv: Sequence[str]) -> int:
+    from megarl.data.preprocess import PREPROCESSORS, PreprocessError, preprocess
+
+    parser = argparse.ArgumentParser(
+        prog="megarl preprocess", description="Convert a dataset into train/test parquet in verl's row schema."
+    )
+    parser.add_argument("kind", choices=PREPROCESSORS.names())
+    parser.add_argument("--input", required=True, help="a jsonl/json/parquet file, a directory of them, or a HF dataset name")
+    parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--split", help="the split of a single input file, when its name does not say")
+    parser.add_argument("--data-source", help="math/custom: the data_source written into each row")
+    parser.add_argument("--question-key", help="math/custom: the field holding the question")
+    parser.add_argument("--solution-key", help="math/custom: the field holding the \\boxed{} solution")
+    parser.add_argument("--instruction", help="math/custom: the text appended to each question ('' for none)")
+    args = parser.parse_args(argv)
+    options = {k: getattr(args, k) for k in PREPROCESS_OPTIONS if getattr(args, k) is not None}
+    if options and args.kind == "gsm8k":
+        parser.error(f"--{'/--'.join(k.replace('_', '-') for k in options)} apply to math and custom, not gsm8k")
+    try:
+        written = preprocess(args.kind, args.input, args.output_dir, split=args.split, **options)
+    except PreprocessError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for split, path in written.items():
+        print(f"{split}: {path}")
+    return 0
+
+
+COMMANDS = {
+    "train": ("megarl.train", "run an RL recipe (PPO, GRPO, ...)"),
+    "preprocess": ("megarl.cli", "convert GSM8K, MATH or custom data into RL parquet"),
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS:
+        lines = "\n".join(f"  {name:<12}{help_}" for name, (_, help_) in COMMANDS.items())
+        print(f"usage: megarl COMMAND [ARGS]\n\ncommands:\n{lines}", file=sys.stderr)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    command, rest = argv[0], argv[1:]
+    if command == "preprocess":
+        return preprocess_main(rest)
+    from megarl.train import main as train_main
+
+    return train_main(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""Load a recipe: YAML file, then dotted `key.sub=value` overrides, onto the schema; validate; write it out.
+
+Every problem becomes a ConfigError naming the key and what to do, with close-match suggestions for
+typos and the megarl spelling of verl keys.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from megarl.config.schema import MegaRLConfig
+from megarl.config.verl_keys import translate_verl_key
+
+RESOLVED_CONFIG_NAME = "config.yaml"
+
+
+class ConfigError(ValueError):
+    """A recipe or override is wrong; the message says which key and how to fix it."""
+
+    def __init__(self, problems: str | Sequence[str]):
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__(
+            self.problems[0] if len(self.problems) == 1 else "\n  - ".join(["invalid recipe:", *self.problems])
+        )
+
+
+def _schema_keys(node: DictConfig, prefix: str = "") -> dict[str, str]:
+    """Every dotted key of the schema → 'section', 'list', 'open' (a free-form dict) or 'value'."""
+    keys: dict[str, str] = {}
+    for name in node.keys():
+        key = f"{prefix}{name}"
+        child = node._get_node(name)
+        if isinstance(child, DictConfig):
+            if OmegaConf.get_type(child) is dict:
+                keys[key] = "open"
+            else:
+                keys[key] = "section"
+                keys.update(_schema_keys(child, key + "."))
+        else:
+            keys[key] = "list" if isinstance(child, ListConfig) else "value"
+    return keys
+
+
+SCHEMA = OmegaConf.structured(MegaRLConfig)
+SCHEMA_KEYS = _schema_keys(SCHEMA)
+
+
+def _suggest(key: str) -> str:
+    verl = translate_verl_key(key)
+    if verl is not None:
+        return f" That is verl's name; in megarl it is {verl}."
+    leaves = [k for k, kind in SCHEMA_KEYS.items() if kind != "section"]
+    close = difflib.get_close_matches(key, leaves, n=3, cutoff=0.75)
+    if not close:  # the right name in the wrong section, e.g. data.ppo_mini_batch_size
+        leaf = key.rsplit(".", 1)[-1]
+        close = [k for k in leaves if k.rsplit(".", 1)[-1] == leaf][:3]
+    return f" Did you mean {' or '.join(close)}?" if close else " See `megarl train --help-keys` for every key."
+
+
+def _flatten(value: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
+    """Dotted (key, value) leaves of a nested recipe; a free-form dict key is one leaf, an empty section none."""
+    key = prefix.rstrip(".")
+    if isinstance(value, dict) and SCHEMA_KEYS.get(key) != "open":
+        for name, child in value.items():
+            yield from _flatten(child, f"{prefix}{name}.")
+    else:
+        yield key, value
+
+
+def _check_keys(tree: dict, origin: str) -> dict:
+    """Reject unknown keys (all of them at once); wrap a scalar given for a list key into a list."""
+    problems, checked = [], {}
+    for key, value in _flatten(tree):
+        kind = SCHEMA_KEYS.get(key)
+        parent = next((p for p in _prefixes(key) if SCHEMA_KEYS.get(p) == "open"), None)
+        if kind is None and parent is None:
+            problems.append(f"{origin}: unknown key {key!r}.{_suggest(key)}")
+            continue
+        if kind == "section":
+            problems.append(f"{origin}: {key!r} is a section; set its keys, e.g. {key}.<name>=value")
+            continue
+        if kind == "list" and value is not None and not isinstance(value, (list, tuple)):
+            value = [value]
+        checked[key] = value
+    if problems:
+        raise ConfigError(problems)
+    return checked
+
+
+def _prefixes(key: str) -> list[str]:
+    parts = key.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _parse_overrides(overrides: Sequence[str]) -> dict:
+    tree: dict = {}
+    for override in overrides:
+        key, sep, raw = override.partition("=")
+        if not sep or not key or key.startswith(("+", "~")):
+            raise ConfigError(f"override {override!r}: write it as key.sub=value (e.g. rollout.n=8)")
+        value = OmegaConf.to_container(OmegaConf.from_dotlist([f"v={raw}"]))["v"]
+        tree[key.strip()] = value
+    return tree
+
+
+def _nest(flat: dict) -> dict:
+    nested: dict = {}
+    for key, value in flat.items():
+        node = nested
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return nested
+
+
+def _read_recipe(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        known = sorted(p.name for p in path.parent.glob("*.yaml")) if path.parent.is_dir() else []
+        hint = f" Recipes in {path.parent}: {', '.join(known)}." if known else ""
+        raise ConfigError(f"recipe {path} does not exist.{hint}")
+    try:
+        tree = OmegaConf.to_container(OmegaConf.load(path))
+    except Exception as e:
+        raise ConfigError(f"recipe {path} is not valid YAML: {e}") from e
+    if tree is None:
+        return {}
+    if not isinstance(tree, dict):
+        raise ConfigError(f"recipe {path} must be a mapping of sections (data:, actor:, ...), not a list")
+    return tree
+
+
+def load_config(recipe: str | Path | None = None, overrides: Sequence[str] = (), *, validate: bool = True) -> MegaRLConfig:
+    """Schema defaults ← recipe YAML ← overrides, type-checked, interpolations resolved, then validated."""
+    from megarl.config.validate import validate_config
+
+    layers = []
+    if recipe is not None:
+        layers.append(_check_keys(_read_recipe(recipe), f"recipe {recipe}"))
+    if overrides:
+        layers.append(_check_keys(_parse_overrides(overrides), "override"))
+    try:
+        merged = OmegaConf.merge(SCHEMA, *(_nest(layer) for layer in layers))
+        config = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None) or "?"
+        message = str(e).split("\n")[0]
+        raise ConfigError(f"{key}: {message}") from None
+    if validate:
+        validate_config(config)
+    return config
+
+
+def to_yaml(config: MegaRLConfig) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(config))
+
+
+def save_config(config: MegaRLConfig, directory: str | Path) -> Path:
+    """Write the resolved config as `config.yaml` in `directory`; it loads back as a recipe."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / RESOLVED_CONFIG_NAME
+    tmp = path.with_suffix(".yaml.tmp")
+    tmp.write_text(to_yaml(config))
+    tmp.replace(path)
+    return path
+
+
+def describe_keys() -> str:
+    """Every key with its default (interpolations shown as written), one per line, for `--help-keys`."""
+    lines = []
+    for key, kind in SCHEMA_KEYS.items():
+        if kind == "section":
+            continue
+        parent, _, leaf = key.rpartition(".")
+        node = (OmegaConf.select(SCHEMA, parent) if parent else SCHEMA)._get_node(leaf)
+        value = OmegaConf.to_container(node, resolve=False) if isinstance(node, (DictConfig, ListConfig)) else node._value()
+        lines.append(f"{key} = {value}")
+    return "\n".join(lines)

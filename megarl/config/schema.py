@@ -1,0 +1,200 @@
+"""The recipe schema: typed, frozen dataclasses. Every default lives here and nowhere else.
+
+Values that follow another (the critic's mini-batch follows the actor's unless set) are OmegaConf
+interpolations, resolved when a recipe is loaded; the written config shows them resolved.
+Key names follow verl's where verl has one (docs/verl-keys.md maps the rest).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from omegaconf import II
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    train_files: List[str] = field(default_factory=list)  # parquet files in verl's row schema
+    val_files: List[str] = field(default_factory=list)
+    prompt_key: str = "prompt"
+    max_prompt_length: int = 512
+    max_response_length: int = 512
+    train_batch_size: int = 64  # prompts per step (each sampled rollout.n times)
+    val_batch_size: Optional[int] = None  # None: the whole validation set at once
+    filter_overlong_prompts: bool = False  # drop prompts longer than max_prompt_length
+    truncation: str = "error"  # error | left | right | middle, for overlong prompts that were not dropped
+    shuffle: bool = True
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    path: Optional[str] = None  # a local HF checkpoint directory
+    tokenizer_path: Optional[str] = None  # None: the tokenizer saved with the model
+    trust_remote_code: bool = False
+
+
+@dataclass(frozen=True)
+class MegatronConfig:
+    tensor_model_parallel_size: int = 1
+    pipeline_model_parallel_size: int = 1
+    context_parallel_size: int = 1
+    param_offload: bool = False
+    grad_offload: bool = False
+    optimizer_offload: bool = False
+    recompute_granularity: Optional[str] = None  # None | full | selective
+
+    @property
+    def model_parallel_size(self) -> int:
+        return self.tensor_model_parallel_size * self.pipeline_model_parallel_size * self.context_parallel_size
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = 1e-6
+    min_lr: float = 0.0
+    weight_decay: float = 0.01
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
+    clip_grad: float = 1.0
+    lr_warmup_steps: int = 0
+    lr_decay_style: str = "constant"  # constant | linear | cosine
+
+
+@dataclass(frozen=True)
+class ActorConfig:
+    megatron: MegatronConfig = field(default_factory=MegatronConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    ppo_mini_batch_size: int = 32  # prompts per optimizer step, as in verl (× rollout.n samples)
+    ppo_micro_batch_size_per_gpu: int = 1
+    use_dynamic_bsz: bool = False  # micro-batches by token budget instead of sample count
+    ppo_max_token_len_per_gpu: int = 16384
+    log_prob_micro_batch_size_per_gpu: int = II(".ppo_micro_batch_size_per_gpu")
+    log_prob_max_token_len_per_gpu: int = II(".ppo_max_token_len_per_gpu")
+    ppo_epochs: int = 1
+    clip_ratio: float = 0.2
+    clip_ratio_low: float = II(".clip_ratio")
+    clip_ratio_high: float = II(".clip_ratio")
+    clip_ratio_c: float = 3.0  # dual-clip bound for negative advantages
+    loss_agg_mode: str = "token-mean"
+    policy_loss: str = "vanilla"
+    entropy_coeff: float = 0.0
+    use_kl_loss: bool = False
+    kl_loss_coef: float = 0.001
+    kl_loss_type: str = "low_var_kl"
+
+
+@dataclass(frozen=True)
+class RefConfig:
+    log_prob_micro_batch_size_per_gpu: int = II("actor.log_prob_micro_batch_size_per_gpu")
+    log_prob_max_token_len_per_gpu: int = II("actor.log_prob_max_token_len_per_gpu")
+
+
+@dataclass(frozen=True)
+class CriticConfig:
+    model: ModelConfig = field(default_factory=lambda: ModelConfig(path=II("model.path")))
+    megatron: MegatronConfig = field(default_factory=MegatronConfig)
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-5))
+    ppo_mini_batch_size: int = II("actor.ppo_mini_batch_size")
+    ppo_micro_batch_size_per_gpu: int = II("actor.ppo_micro_batch_size_per_gpu")
+    forward_micro_batch_size_per_gpu: int = II(".ppo_micro_batch_size_per_gpu")
+    use_dynamic_bsz: bool = II("actor.use_dynamic_bsz")
+    ppo_max_token_len_per_gpu: int = 32768
+    forward_max_token_len_per_gpu: int = II(".ppo_max_token_len_per_gpu")
+    ppo_epochs: int = II("actor.ppo_epochs")
+    cliprange_value: float = 0.5
+    loss_agg_mode: str = II("actor.loss_agg_mode")
+
+
+@dataclass(frozen=True)
+class ValSamplingConfig:
+    n: int = 1
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = -1
+    do_sample: bool = False  # False: greedy, whatever the temperature
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    name: str = "sglang"  # sglang | transformers
+    tensor_model_parallel_size: int = 1
+    n: int = 1  # responses sampled per prompt
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    gpu_memory_utilization: float = 0.5  # the engine's share of GPU memory (SGLang mem_fraction_static)
+    val_kwargs: ValSamplingConfig = field(default_factory=ValSamplingConfig)
+    engine_kwargs: Dict[str, Any] = field(default_factory=dict)  # passed to the engine as they are
+
+
+@dataclass(frozen=True)
+class KLControlConfig:
+    type: str = "fixed"  # fixed | adaptive
+    kl_coef: float = 0.001
+    horizon: int = 10000
+    target_kl: float = 0.1
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    adv_estimator: str = "gae"  # gae | grpo | rloo | reinforce_plus_plus | reinforce_plus_plus_baseline | remax
+    gamma: float = 1.0
+    lam: float = 1.0
+    norm_adv_by_std_in_grpo: bool = True  # False + loss_agg_mode=seq-mean-token-sum-norm is Dr.GRPO
+    use_kl_in_reward: bool = False
+    kl_penalty: str = "kl"  # the KL estimator used in the reward
+    kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    function: Optional[str] = None  # path/to/file.py:function or package.module:function; None: rules by data_source
+    kwargs: Dict[str, Any] = field(default_factory=dict)  # extra keyword arguments for the function
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    project_name: str = "megarl"
+    experiment_name: str = "default"
+    output_dir: str = "outputs/${trainer.project_name}/${trainer.experiment_name}"
+    total_epochs: int = 1
+    total_training_steps: Optional[int] = None  # None: total_epochs over the data
+    save_freq: int = -1  # steps between checkpoints; -1: never
+    test_freq: int = -1  # steps between validations; -1: never
+    val_before_train: bool = True
+    max_ckpt_to_keep: Optional[int] = None
+    resume_mode: str = "auto"  # auto | disable | resume_path
+    resume_from_path: Optional[str] = None
+    logger: List[str] = field(default_factory=lambda: ["console"])  # console | tensorboard | wandb
+    critic_warmup: int = 0  # steps that update only the critic
+    seed: int = 1
+    nnodes: int = 1
+    n_gpus_per_node: int = 1
+
+
+@dataclass(frozen=True)
+class MegaRLConfig:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    ref: RefConfig = field(default_factory=RefConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+
+    @property
+    def world_size(self) -> int:
+        return self.trainer.nnodes * self.trainer.n_gpus_per_node
+
+    @property
+    def use_critic(self) -> bool:
+        return self.algorithm.adv_estimator == "gae"
+
+    @property
+    def use_reference(self) -> bool:
+        return self.algorithm.use_kl_in_reward or self.actor.use_kl_loss
+
+    def dp_size(self, megatron: MegatronConfig) -> int:
+        return self.world_size // megatron.model_parallel_size

@@ -1,0 +1,246 @@
+"""Consistency checks across a loaded config; each problem names its key and the fix."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from megarl.algorithms import ADV_ESTIMATORS, KL_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSSES
+from megarl.config.loader import ConfigError
+from megarl.config.schema import MegaRLConfig, MegatronConfig
+from megarl.registry import did_you_mean
+from megarl.rewards.function import RewardFunctionSpecError, check_reward_function_spec
+
+TRUNCATION_MODES = ("error", "left", "right", "middle")
+ROLLOUT_BACKENDS = ("sglang", "transformers")
+LOGGERS = ("console", "tensorboard", "wandb")
+RESUME_MODES = ("auto", "disable", "resume_path")
+LR_DECAY_STYLES = ("constant", "linear", "cosine")
+RECOMPUTE_GRANULARITIES = (None, "full", "selective")
+GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline")
+
+
+def validate_config(cfg: MegaRLConfig) -> None:
+    problems: list[str] = []
+    _check_choices(cfg, problems)
+    _check_sizes(cfg, problems)
+    _check_batches(cfg, problems)
+    _check_meshes(cfg, problems)
+    _check_algorithm(cfg, problems)
+    _check_against_model(cfg, problems)
+    if problems:
+        raise ConfigError(problems)
+
+
+def _choice(problems: list[str], key: str, value, choices) -> None:
+    if value not in choices:
+        shown = ", ".join(str(c) for c in choices)
+        problems.append(f"{key}={value!r} is not one of: {shown}.{did_you_mean(str(value), map(str, choices))}")
+
+
+def _check_choices(cfg: MegaRLConfig, problems: list[str]) -> None:
+    _choice(problems, "data.truncation", cfg.data.truncation, TRUNCATION_MODES)
+    _choice(problems, "algorithm.adv_estimator", cfg.algorithm.adv_estimator, ADV_ESTIMATORS.names())
+    _choice(problems, "algorithm.kl_penalty", cfg.algorithm.kl_penalty, KL_ESTIMATORS.names())
+    _choice(problems, "algorithm.kl_ctrl.type", cfg.algorithm.kl_ctrl.type, ("fixed", "adaptive"))
+    _choice(problems, "actor.kl_loss_type", cfg.actor.kl_loss_type, KL_ESTIMATORS.names())
+    _choice(problems, "actor.policy_loss", cfg.actor.policy_loss, POLICY_LOSSES.names())
+    _choice(problems, "actor.loss_agg_mode", cfg.actor.loss_agg_mode, LOSS_AGG_MODES)
+    if cfg.critic.loss_agg_mode != cfg.actor.loss_agg_mode:
+        _choice(problems, "critic.loss_agg_mode", cfg.critic.loss_agg_mode, LOSS_AGG_MODES)
+    _choice(problems, "rollout.name", cfg.rollout.name, ROLLOUT_BACKENDS)
+    _choice(problems, "trainer.resume_mode", cfg.trainer.resume_mode, RESUME_MODES)
+    for role in ("actor", "critic"):
+        section = getattr(cfg, role)
+        _choice(problems, f"{role}.optim.lr_decay_style", section.optim.lr_decay_style, LR_DECAY_STYLES)
+        _choice(
+            problems,
+            f"{role}.megatron.recompute_granularity",
+            section.megatron.recompute_granularity,
+            RECOMPUTE_GRANULARITIES,
+        )
+        if len(section.optim.betas) != 2:
+            problems.append(f"{role}.optim.betas={section.optim.betas} must be two numbers, e.g. [0.9, 0.999]")
+    for logger in cfg.trainer.logger:
+        _choice(problems, "trainer.logger", logger, LOGGERS)
+    if cfg.trainer.resume_mode == "resume_path" and not cfg.trainer.resume_from_path:
+        problems.append("trainer.resume_mode=resume_path needs trainer.resume_from_path=<checkpoint dir>")
+    if cfg.reward.function is not None:
+        try:
+            check_reward_function_spec(cfg.reward.function)
+        except RewardFunctionSpecError as e:
+            problems.append(str(e))
+
+
+def _check_sizes(cfg: MegaRLConfig, problems: list[str]) -> None:
+    positive = {
+        "data.train_batch_size": cfg.data.train_batch_size,
+        "data.max_prompt_length": cfg.data.max_prompt_length,
+        "data.max_response_length": cfg.data.max_response_length,
+        "actor.ppo_mini_batch_size": cfg.actor.ppo_mini_batch_size,
+        "actor.ppo_micro_batch_size_per_gpu": cfg.actor.ppo_micro_batch_size_per_gpu,
+        "actor.log_prob_micro_batch_size_per_gpu": cfg.actor.log_prob_micro_batch_size_per_gpu,
+        "actor.ppo_max_token_len_per_gpu": cfg.actor.ppo_max_token_len_per_gpu,
+        "actor.ppo_epochs": cfg.actor.ppo_epochs,
+        "rollout.n": cfg.rollout.n,
+        "rollout.val_kwargs.n": cfg.rollout.val_kwargs.n,
+        "rollout.tensor_model_parallel_size": cfg.rollout.tensor_model_parallel_size,
+        "trainer.total_epochs": cfg.trainer.total_epochs,
+        "trainer.nnodes": cfg.trainer.nnodes,
+        "trainer.n_gpus_per_node": cfg.trainer.n_gpus_per_node,
+    }
+    if cfg.data.val_batch_size is not None:
+        positive["data.val_batch_size"] = cfg.data.val_batch_size
+    if cfg.trainer.total_training_steps is not None:
+        positive["trainer.total_training_steps"] = cfg.trainer.total_training_steps
+    if cfg.trainer.max_ckpt_to_keep is not None:
+        positive["trainer.max_ckpt_to_keep"] = cfg.trainer.max_ckpt_to_keep
+    for role in ("actor", "critic"):
+        megatron = getattr(cfg, role).megatron
+        for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
+            positive[f"{role}.megatron.{name}"] = getattr(megatron, name)
+    for key, value in positive.items():
+        if value < 1:
+            problems.append(f"{key}={value} must be at least 1")
+    if not 0 < cfg.rollout.gpu_memory_utilization < 1:
+        problems.append(f"rollout.gpu_memory_utilization={cfg.rollout.gpu_memory_utilization} must be in (0, 1)")
+
+
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+
+
+def _check_batches(cfg: MegaRLConfig, problems: list[str]) -> None:
+    if min(cfg.data.train_batch_size, cfg.actor.ppo_mini_batch_size, cfg.rollout.n, cfg.world_size) < 1:
+        return  # already reported by _check_sizes
+    roles = [("actor", cfg.actor)]
+    if cfg.use_critic and _batching(cfg.critic) != _batching(cfg.actor):
+        roles.append(("critic", cfg.critic))  # a critic that inherits the actor's batching has its errors
+    for role, section in roles:
+        mini = section.ppo_mini_batch_size
+        if mini < 1 or section.megatron.model_parallel_size < 1:
+            continue
+        if cfg.data.train_batch_size % mini:
+            problems.append(
+                f"{role}.ppo_mini_batch_size={mini} does not divide data.train_batch_size="
+                f"{cfg.data.train_batch_size}: use one of {_divisors(cfg.data.train_batch_size)}"
+            )
+            continue
+        dp = cfg.dp_size(section.megatron)
+        samples = mini * cfg.rollout.n
+        if dp < 1 or samples % dp:
+            if dp >= 1:
+                problems.append(
+                    f"{role}.ppo_mini_batch_size × rollout.n = {samples} samples cannot be split over {dp} "
+                    f"data-parallel ranks: make it a multiple of {dp}"
+                )
+            continue
+        micro = section.ppo_micro_batch_size_per_gpu
+        if not section.use_dynamic_bsz and micro >= 1 and (samples // dp) % micro:
+            problems.append(
+                f"{role}.ppo_micro_batch_size_per_gpu={micro} does not divide the {samples // dp} samples each "
+                f"data-parallel rank gets per mini-batch: use one of {_divisors(samples // dp)}, "
+                f"or {role}.use_dynamic_bsz=true"
+            )
+
+
+def _batching(section) -> tuple:
+    return (
+        section.ppo_mini_batch_size,
+        section.ppo_micro_batch_size_per_gpu,
+        section.use_dynamic_bsz,
+        section.megatron.model_parallel_size,
+    )
+
+
+def _check_meshes(cfg: MegaRLConfig, problems: list[str]) -> None:
+    world = cfg.world_size
+    roles = [("actor", cfg.actor.megatron)] + ([("critic", cfg.critic.megatron)] if cfg.use_critic else [])
+    for role, megatron in roles:
+        mp = megatron.model_parallel_size
+        if mp >= 1 and world % mp:
+            problems.append(
+                f"{role}.megatron: tensor × pipeline × context parallel = {mp} does not divide the "
+                f"{world} GPUs (trainer.nnodes × trainer.n_gpus_per_node)"
+            )
+    rollout_tp = cfg.rollout.tensor_model_parallel_size
+    if rollout_tp >= 1 and cfg.trainer.n_gpus_per_node % rollout_tp:
+        problems.append(
+            f"rollout.tensor_model_parallel_size={rollout_tp} must divide trainer.n_gpus_per_node="
+            f"{cfg.trainer.n_gpus_per_node} (an engine's GPUs are on one node)"
+        )
+
+
+def _check_algorithm(cfg: MegaRLConfig, problems: list[str]) -> None:
+    actor = cfg.actor
+    if actor.clip_ratio_c <= 1.0:
+        problems.append(f"actor.clip_ratio_c={actor.clip_ratio_c} must be > 1.0 (the dual-clip bound)")
+    if not 0 <= actor.clip_ratio_low < 1:
+        problems.append(f"actor.clip_ratio_low={actor.clip_ratio_low} must be in [0, 1)")
+    if actor.clip_ratio_high < 0:
+        problems.append(f"actor.clip_ratio_high={actor.clip_ratio_high} must be ≥ 0")
+    kl_ctrl = cfg.algorithm.kl_ctrl
+    if kl_ctrl.type == "adaptive" and (kl_ctrl.target_kl <= 0 or kl_ctrl.horizon <= 0):
+        problems.append("algorithm.kl_ctrl.type=adaptive needs kl_ctrl.target_kl > 0 and kl_ctrl.horizon > 0")
+    if cfg.algorithm.adv_estimator in GROUP_ESTIMATORS and cfg.rollout.n < 2:
+        problems.append(
+            f"algorithm.adv_estimator={cfg.algorithm.adv_estimator} compares the rollout.n responses to each "
+            f"prompt, but rollout.n={cfg.rollout.n}: set rollout.n ≥ 2"
+        )
+
+
+def read_hf_config(path: str | None) -> dict | None:
+    """The HF config.json under `path`, or None when there is no readable one."""
+    if not path:
+        return None
+    file = Path(path).expanduser() / "config.json"
+    if not file.is_file():
+        return None
+    try:
+        return json.loads(file.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _check_mesh_fits_model(problems: list[str], role: str, megatron: MegatronConfig, hf: dict, where: str) -> None:
+    heads = hf.get("num_attention_heads")
+    kv_heads = hf.get("num_key_value_heads") or heads
+    layers = hf.get("num_hidden_layers")
+    tp = megatron.tensor_model_parallel_size
+    pp = megatron.pipeline_model_parallel_size
+    if heads and tp >= 1 and (heads % tp or kv_heads % tp):
+        problems.append(
+            f"{role}.megatron.tensor_model_parallel_size={tp} must divide the model's {heads} attention heads "
+            f"and {kv_heads} key/value heads ({where}): use one of {_divisors(kv_heads)}"
+        )
+    if layers and pp >= 1 and layers % pp:
+        problems.append(
+            f"{role}.megatron.pipeline_model_parallel_size={pp} must divide the model's {layers} layers "
+            f"({where}): use one of {_divisors(layers)}"
+        )
+
+
+def _check_against_model(cfg: MegaRLConfig, problems: list[str]) -> None:
+    hf = read_hf_config(cfg.model.path)
+    if hf is not None:
+        where = f"{cfg.model.path}/config.json"
+        _check_mesh_fits_model(problems, "actor", cfg.actor.megatron, hf, where)
+        heads = hf.get("num_attention_heads")
+        rollout_tp = cfg.rollout.tensor_model_parallel_size
+        if heads and rollout_tp >= 1 and heads % rollout_tp:
+            problems.append(
+                f"rollout.tensor_model_parallel_size={rollout_tp} must divide the model's {heads} attention "
+                f"heads ({where}): use one of {_divisors(heads)}"
+            )
+        max_positions = hf.get("max_position_embeddings")
+        total = cfg.data.max_prompt_length + cfg.data.max_response_length
+        if max_positions and total > max_positions:
+            problems.append(
+                f"data.max_prompt_length + data.max_response_length = {total} exceeds the model's "
+                f"max_position_embeddings={max_positions} ({where})"
+            )
+    if cfg.use_critic:
+        critic_hf = read_hf_config(cfg.critic.model.path)
+        if critic_hf is not None:
+            where = f"{cfg.critic.model.path}/config.json"
+            _check_mesh_fits_model(problems, "critic", cfg.critic.megatron, critic_hf, where)

@@ -1,0 +1,56 @@
+"""verl's recipe keys and their megarl names, so an error can say exactly how to port a verl command line.
+
+Most verl keys port by dropping the `actor_rollout_ref.` level; the renames below are the exceptions.
+docs/verl-keys.md is the readable version of this table.
+"""
+
+from __future__ import annotations
+
+VERL_PREFIXES = {
+    "actor_rollout_ref.model.": "model.",
+    "actor_rollout_ref.actor.": "actor.",
+    "actor_rollout_ref.rollout.": "rollout.",
+    "actor_rollout_ref.ref.": "ref.",
+}
+
+VERL_RENAMES = {
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": "actor.log_prob_micro_batch_size_per_gpu",
+    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": "actor.log_prob_max_token_len_per_gpu",
+    "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz": "actor.use_dynamic_bsz",
+    "actor_rollout_ref.ref.log_prob_use_dynamic_bsz": "actor.use_dynamic_bsz",
+    "actor_rollout_ref.actor.policy_loss.loss_mode": "actor.policy_loss",
+    "actor_rollout_ref.actor.grad_clip": "actor.optim.clip_grad",
+    "actor_rollout_ref.actor.megatron.override_transformer_config.recompute_granularity": (
+        "actor.megatron.recompute_granularity"
+    ),
+    "actor_rollout_ref.model.enable_gradient_checkpointing": "actor.megatron.recompute_granularity",
+    "critic.grad_clip": "critic.optim.clip_grad",
+    "custom_reward_function.path": "reward.function",
+    "custom_reward_function.name": "reward.function",
+    "custom_reward_function.reward_kwargs": "reward.kwargs",
+    "reward_model.reward_kwargs": "reward.kwargs",
+    "trainer.default_local_dir": "trainer.output_dir",
+    "data.seed": "trainer.seed",
+    "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": "actor.optim.lr_warmup_steps",
+    "critic.optim.lr_warmup_steps_ratio": "critic.optim.lr_warmup_steps",
+}
+
+# What the renamed value means, where it is not the same value under a new name.
+VERL_NOTES = {
+    "custom_reward_function.path": "write path/to/file.py:function_name",
+    "custom_reward_function.name": "write path/to/file.py:function_name",
+    "actor_rollout_ref.model.enable_gradient_checkpointing": "set it to full",
+    "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": "a step count: ratio × total training steps",
+    "critic.optim.lr_warmup_steps_ratio": "a step count: ratio × total training steps",
+}
+
+
+def translate_verl_key(key: str) -> str | None:
+    """The megarl key for verl's `key` (with a note on the value where it changes), or None."""
+    if key in VERL_RENAMES:
+        note = VERL_NOTES.get(key)
+        return VERL_RENAMES[key] + (f" ({note})" if note else "")
+    for verl_prefix, ours in VERL_PREFIXES.items():
+        if key.startswith(verl_prefix):
+            return ours + key[len(verl_prefix) :]
+    return None

@@ -1,0 +1,58 @@
+"""megarl: Megatron-centric RL post-training for LLMs (PPO and the GRPO family)."""
+
+from setuptools import find_packages, setup
+
+# One version of transformers that both the CPU stack and SGLang 0.5.16 accept.
+TRANSFORMERS = "transformers==5.12.1"
+
+install_requires = [
+    "torch>=2.6",
+    "megatron-core==0.16.1",
+    "mbridge==0.15.1",
+    "einops",  # mbridge imports it without declaring it
+    "ray>=2.40",
+    "omegaconf>=2.3",
+    "datasets>=3.0",
+    "pyarrow",
+    "psutil",  # megatron's async checkpoint save hangs without it
+    TRANSFORMERS,
+    "tokenizers",
+]
+
+extras_require = {
+    # The CPU test stack; torch 2.13.0 is the local CPU build on the project's machines.
+    "dev": [
+        "torch==2.13.0",
+        "pytest>=8",
+        "pytest-timeout",
+        "hypothesis",
+        "math-verify>=0.7",
+    ],
+    # GPU training and rollout: SGLang and the versions it pins.
+    "gpu": [
+        "sglang==0.5.16",
+        "torch==2.11.0",
+        TRANSFORMERS,
+        "tokenizers==0.22.2",
+    ],
+    # Optional accelerators: used when importable, never required.
+    "accel": [
+        "transformer-engine",
+        "flash-attn",
+    ],
+    "math-verify": ["math-verify>=0.7"],
+}
+
+setup(
+    name="megarl",
+    version="0.1.0",
+    description=__doc__,
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["megarl", "megarl.*", "parallel", "parallel.*"]),
+    package_data={"megarl": ["py.typed"]},
+    install_requires=install_requires,
+    extras_require=extras_require,
+    entry_points={"console_scripts": ["megarl = megarl.cli:main"]},
+)

@@ -1,0 +1,136 @@
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from megarl.config import ConfigError, MegaRLConfig, describe_keys, load_config, save_config
+from megarl.config.loader import SCHEMA_KEYS
+from megarl.config.verl_keys import VERL_PREFIXES, VERL_RENAMES, translate_verl_key
+from tests.helpers import REPO_ROOT
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_defaults_and_derived_values():
+    cfg = load_config()
+    assert isinstance(cfg, MegaRLConfig)
+    assert cfg.critic.ppo_mini_batch_size == cfg.actor.ppo_mini_batch_size == 32
+    assert cfg.actor.clip_ratio_low == cfg.actor.clip_ratio_high == cfg.actor.clip_ratio
+    assert cfg.critic.optim.lr == 1e-5 and cfg.actor.optim.lr == 1e-6
+    assert cfg.trainer.output_dir == "outputs/megarl/default"
+    assert cfg.use_critic and not cfg.use_reference and cfg.world_size == 1
+
+
+def test_overrides_beat_recipe_and_derived_values_follow(tmp_path):
+    recipe = write(
+        tmp_path / "r.yaml",
+        "model:\n  path: /models/x\nactor:\n  ppo_mini_batch_size: 16\n  clip_ratio: 0.3\n"
+        "trainer:\n  project_name: p\n  experiment_name: e\n",
+    )
+    cfg = load_config(recipe, ["actor.clip_ratio_high=0.28", "actor.optim.lr=1e-6", "trainer.experiment_name=f"])
+    assert cfg.actor.ppo_mini_batch_size == cfg.critic.ppo_mini_batch_size == 16
+    assert (cfg.actor.clip_ratio_low, cfg.actor.clip_ratio_high) == (0.3, 0.28)
+    assert cfg.actor.optim.lr == 1e-6 and isinstance(cfg.actor.optim.lr, float)
+    assert cfg.critic.model.path == "/models/x"
+    assert cfg.trainer.output_dir == "outputs/p/f"
+    explicit = load_config(recipe, ["critic.ppo_mini_batch_size=8"])
+    assert (explicit.actor.ppo_mini_batch_size, explicit.critic.ppo_mini_batch_size) == (16, 8)
+
+
+def test_config_is_immutable():
+    cfg = load_config()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.rollout.n = 4
+
+
+def test_scalars_for_list_keys_and_free_form_dicts():
+    cfg = load_config(overrides=["trainer.logger=wandb", "data.train_files=a.parquet",
+                                 "rollout.engine_kwargs.attention_backend=triton",
+                                 "reward.kwargs.method=flexible", "trainer.logger=[console,tensorboard]"])
+    assert cfg.trainer.logger == ["console", "tensorboard"]
+    assert cfg.data.train_files == ["a.parquet"]
+    assert cfg.rollout.engine_kwargs == {"attention_backend": "triton"}
+    assert cfg.reward.kwargs == {"method": "flexible"}
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("data.train_batchsize=3", "unknown key 'data.train_batchsize'. Did you mean data.train_batch_size"),
+        ("data.ppo_mini_batch_size=2", "Did you mean actor.ppo_mini_batch_size"),
+        ("actor_rollout_ref.rollout.n=8", "That is verl's name; in megarl it is rollout.n."),
+        ("actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+         "in megarl it is actor.megatron.tensor_model_parallel_size"),
+        ("custom_reward_function.path=r.py", "reward.function (write path/to/file.py:function_name)"),
+        ("trainer.default_local_dir=/x", "in megarl it is trainer.output_dir"),
+        ("zzz.qqq=1", "See `megarl train --help-keys`"),
+        ("actor.ppo_mini_batch_size=many", "actor.ppo_mini_batch_size: Value 'many' of type 'str' could not be converted"),
+        ("actor.use_kl_loss=perhaps", "actor.use_kl_loss"),
+        ("actor=3", "'actor' is a section"),
+        ("rollout.n", "write it as key.sub=value"),
+        ("+rollout.foo=1", "write it as key.sub=value"),
+    ],
+)
+def test_bad_overrides_name_the_key_and_fix(override, message):
+    with pytest.raises(ConfigError, match=_literal(message)):
+        load_config(overrides=[override])
+
+
+def _literal(text: str) -> str:
+    import re
+
+    return re.escape(text)
+
+
+def test_all_unknown_recipe_keys_are_reported_together(tmp_path):
+    recipe = write(tmp_path / "r.yaml", "data:\n  train_batchsize: 4\nrollout:\n  nn: 2\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(recipe)
+    assert len(info.value.problems) == 2
+    assert all(str(recipe) in p for p in info.value.problems)
+    assert "rollout.n" in info.value.problems[1]
+
+
+def test_missing_and_malformed_recipes(tmp_path):
+    write(tmp_path / "good.yaml", "data: {}\n")
+    with pytest.raises(ConfigError, match="does not exist. Recipes in .*: good.yaml"):
+        load_config(tmp_path / "nope.yaml")
+    with pytest.raises(ConfigError, match="is not valid YAML"):
+        load_config(write(tmp_path / "bad.yaml", "data: [unclosed\n"))
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        load_config(write(tmp_path / "list.yaml", "- a\n- b\n"))
+    assert load_config(write(tmp_path / "empty.yaml", "")) == load_config()
+
+
+def test_saved_config_reloads_identically(tmp_path):
+    cfg = load_config(overrides=["algorithm.adv_estimator=grpo", "rollout.n=4", "reward.kwargs.method=flexible"])
+    path = save_config(cfg, tmp_path / "run")
+    assert path == tmp_path / "run" / "config.yaml"
+    assert load_config(path) == cfg
+    assert "${" not in path.read_text()  # written resolved
+
+
+def test_verl_translation_table_points_at_real_keys():
+    for verl_key in VERL_RENAMES:
+        assert translate_verl_key(verl_key).split(" ")[0] in SCHEMA_KEYS, verl_key
+    for ours in VERL_PREFIXES.values():
+        assert ours.rstrip(".") in SCHEMA_KEYS or any(k.startswith(ours) for k in SCHEMA_KEYS)
+    assert translate_verl_key("actor_rollout_ref.rollout.val_kwargs.temperature") == "rollout.val_kwargs.temperature"
+    assert translate_verl_key("data.train_batch_size") is None
+
+
+def test_every_key_is_described():
+    text = describe_keys()
+    for key, kind in SCHEMA_KEYS.items():
+        if kind != "section":
+            assert f"\n{key} = " in "\n" + text
+    assert "critic.ppo_mini_batch_size = ${actor.ppo_mini_batch_size}" in text
+
+
+@pytest.mark.parametrize("recipe", sorted((REPO_ROOT / "recipes").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_bundled_recipe_loads(recipe):
+    cfg = load_config(recipe)
+    assert cfg.data.train_files

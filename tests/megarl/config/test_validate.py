@@ -1,0 +1,117 @@
+import json
+
+import pytest
+
+from megarl.config import ConfigError, load_config
+
+
+def problems(*overrides):
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides=list(overrides))
+    return info.value.problems
+
+
+def one_problem(*overrides):
+    found = problems(*overrides)
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_mini_batch_must_divide_batch():
+    msg = one_problem("data.train_batch_size=64", "actor.ppo_mini_batch_size=48")
+    assert msg == "actor.ppo_mini_batch_size=48 does not divide data.train_batch_size=64: use one of 1, 2, 4, 8, 16, 32, 64"
+
+
+def test_micro_batch_must_divide_per_rank_samples_unless_dynamic():
+    base = ["trainer.n_gpus_per_node=4", "data.train_batch_size=8", "actor.ppo_mini_batch_size=4", "rollout.n=3"]
+    msg = one_problem(*base, "actor.ppo_micro_batch_size_per_gpu=2")
+    assert "does not divide the 3 samples each data-parallel rank gets" in msg and "use_dynamic_bsz=true" in msg
+    load_config(overrides=[*base, "actor.ppo_micro_batch_size_per_gpu=2", "actor.use_dynamic_bsz=true"])
+    load_config(overrides=[*base, "actor.ppo_micro_batch_size_per_gpu=3"])
+
+
+def test_samples_must_split_over_data_parallel_ranks():
+    msg = one_problem("trainer.n_gpus_per_node=4", "data.train_batch_size=6", "actor.ppo_mini_batch_size=3")
+    assert "3 samples cannot be split over 4 data-parallel ranks" in msg
+
+
+def test_model_parallel_must_divide_world_and_rollout_tp_a_node():
+    msg = one_problem("trainer.n_gpus_per_node=4", "actor.megatron.tensor_model_parallel_size=3")
+    assert "= 3 does not divide the 4 GPUs" in msg
+    msg = one_problem("trainer.n_gpus_per_node=4", "rollout.tensor_model_parallel_size=3")
+    assert "rollout.tensor_model_parallel_size=3 must divide trainer.n_gpus_per_node=4" in msg
+
+
+def test_critic_is_checked_only_when_used_and_when_it_differs():
+    bad_critic = ["critic.ppo_mini_batch_size=5"]
+    assert "critic.ppo_mini_batch_size=5" in one_problem(*bad_critic)
+    load_config(overrides=[*bad_critic, "algorithm.adv_estimator=grpo", "rollout.n=2"])
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("data.truncation=midle", "data.truncation='midle' is not one of: error, left, right, middle. Did you mean 'middle'?"),
+        ("algorithm.adv_estimator=ppo", "algorithm.adv_estimator='ppo' is not one of: gae, grpo"),
+        ("actor.loss_agg_mode=token_mean", "Did you mean 'token-mean'"),
+        ("actor.kl_loss_type=k4", "actor.kl_loss_type='k4'"),
+        ("trainer.logger=[console,mlflow]", "trainer.logger='mlflow'"),
+        ("rollout.name=vllm", "rollout.name='vllm' is not one of: sglang, transformers"),
+        ("actor.megatron.recompute_granularity=some", "recompute_granularity='some'"),
+        ("actor.clip_ratio_c=1.0", "actor.clip_ratio_c=1.0 must be > 1.0"),
+        ("rollout.gpu_memory_utilization=1.5", "must be in (0, 1)"),
+        ("data.max_prompt_length=0", "data.max_prompt_length=0 must be at least 1"),
+        ("trainer.resume_mode=resume_path", "needs trainer.resume_from_path"),
+        ("reward.function=missing_file.py:fn", "file missing_file.py does not exist"),
+        ("reward.function=no_colon", "write it as"),
+        ("actor.optim.betas=[0.9]", "must be two numbers"),
+    ],
+)
+def test_bad_values(override, message):
+    assert message in one_problem(override)
+
+
+def test_group_estimators_need_several_samples():
+    msg = one_problem("algorithm.adv_estimator=grpo", "rollout.n=1")
+    assert "set rollout.n ≥ 2" in msg
+    load_config(overrides=["algorithm.adv_estimator=grpo", "rollout.n=2"])
+    load_config(overrides=["algorithm.adv_estimator=reinforce_plus_plus", "rollout.n=1"])
+
+
+def test_adaptive_kl_needs_target_and_horizon():
+    assert "kl_ctrl.target_kl > 0" in one_problem("algorithm.kl_ctrl.type=adaptive", "algorithm.kl_ctrl.target_kl=0")
+
+
+def test_every_problem_is_reported_at_once():
+    found = problems("data.truncation=x", "rollout.n=0", "actor.clip_ratio_c=0.5")
+    assert len(found) == 3
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    (tmp_path / "config.json").write_text(
+        json.dumps({"num_attention_heads": 14, "num_key_value_heads": 2, "num_hidden_layers": 28,
+                    "max_position_embeddings": 2048})
+    )
+    return tmp_path
+
+
+def test_parallel_sizes_must_fit_the_model(model_dir):
+    world = ["trainer.n_gpus_per_node=8", "data.train_batch_size=64", f"model.path={model_dir}"]
+    msg = one_problem(*world, "actor.megatron.tensor_model_parallel_size=4")
+    assert "must divide the model's 14 attention heads and 2 key/value heads" in msg and "use one of 1, 2" in msg
+    msg = one_problem(*world, "actor.megatron.pipeline_model_parallel_size=8")
+    assert "must divide the model's 28 layers" in msg
+    msg = one_problem(*world, "rollout.tensor_model_parallel_size=4")
+    assert "rollout.tensor_model_parallel_size=4 must divide the model's 14 attention heads" in msg
+    msg = one_problem(*world, "data.max_prompt_length=1024", "data.max_response_length=1500")
+    assert "2524 exceeds the model's max_position_embeddings=2048" in msg
+    load_config(overrides=[*world, "actor.megatron.tensor_model_parallel_size=2", "rollout.tensor_model_parallel_size=2"])
+
+
+def test_critic_model_is_checked_when_it_differs(model_dir, tmp_path_factory):
+    other = tmp_path_factory.mktemp("critic")
+    (other / "config.json").write_text(json.dumps({"num_attention_heads": 6, "num_hidden_layers": 4}))
+    msg = one_problem("trainer.n_gpus_per_node=4", "data.train_batch_size=64", f"model.path={model_dir}",
+                      f"critic.model.path={other}", "critic.megatron.tensor_model_parallel_size=4")
+    assert msg.startswith("critic.megatron.tensor_model_parallel_size=4 must divide the model's 6 attention heads")
