@@ -92,7 +92,6 @@ def compute_rloo_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     index,
-    epsilon: float = 1e-6,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """RLOO: each score minus the mean of the other samples of its group (a singleton keeps its score)."""
     with torch.no_grad():
@@ -127,7 +126,6 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     index,
-    epsilon: float = 1e-6,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++ with a group-mean baseline, then whitened over the batch."""
     with torch.no_grad():

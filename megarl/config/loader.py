@@ -136,7 +136,7 @@ def _read_recipe(path: str | Path) -> dict:
     return tree
 
 
-def load_config(recipe: str | Path | None = None, overrides: Sequence[str] = (), *, validate: bool = True) -> MegaRLConfig:
+def load_config(recipe: str | Path | None = None, overrides: Sequence[str] = ()) -> MegaRLConfig:
     """Schema defaults ← recipe YAML ← overrides, type-checked, interpolations resolved, then validated."""
     from megarl.config.validate import validate_config
 
@@ -152,8 +152,7 @@ def load_config(recipe: str | Path | None = None, overrides: Sequence[str] = (),
         key = getattr(e, "full_key", None) or "?"
         message = str(e).split("\n")[0]
         raise ConfigError(f"{key}: {message}") from None
-    if validate:
-        validate_config(config)
+    validate_config(config)
     return config
 
 

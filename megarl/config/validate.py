@@ -81,6 +81,7 @@ def _check_sizes(cfg: MegaRLConfig, problems: list[str]) -> None:
         "actor.ppo_micro_batch_size_per_gpu": cfg.actor.ppo_micro_batch_size_per_gpu,
         "actor.log_prob_micro_batch_size_per_gpu": cfg.actor.log_prob_micro_batch_size_per_gpu,
         "actor.ppo_max_token_len_per_gpu": cfg.actor.ppo_max_token_len_per_gpu,
+        "actor.log_prob_max_token_len_per_gpu": cfg.actor.log_prob_max_token_len_per_gpu,
         "actor.ppo_epochs": cfg.actor.ppo_epochs,
         "rollout.n": cfg.rollout.n,
         "rollout.val_kwargs.n": cfg.rollout.val_kwargs.n,
@@ -89,6 +90,13 @@ def _check_sizes(cfg: MegaRLConfig, problems: list[str]) -> None:
         "trainer.nnodes": cfg.trainer.nnodes,
         "trainer.n_gpus_per_node": cfg.trainer.n_gpus_per_node,
     }
+    if cfg.use_critic:
+        for name in ("ppo_mini_batch_size", "ppo_micro_batch_size_per_gpu", "forward_micro_batch_size_per_gpu",
+                     "ppo_max_token_len_per_gpu", "forward_max_token_len_per_gpu", "ppo_epochs"):
+            positive[f"critic.{name}"] = getattr(cfg.critic, name)
+    if cfg.use_reference:
+        positive["ref.log_prob_micro_batch_size_per_gpu"] = cfg.ref.log_prob_micro_batch_size_per_gpu
+        positive["ref.log_prob_max_token_len_per_gpu"] = cfg.ref.log_prob_max_token_len_per_gpu
     if cfg.data.val_batch_size is not None:
         positive["data.val_batch_size"] = cfg.data.val_batch_size
     if cfg.trainer.total_training_steps is not None:

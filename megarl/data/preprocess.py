@@ -23,7 +23,8 @@ _GSM8K_ANSWER = re.compile(r"#### (\-?[0-9\.\,]+)")
 PREPROCESSORS: Registry[Callable] = Registry("dataset kind")
 SPLITS = ("train", "test", "validation", "val")
 RAW_SUFFIXES = (".jsonl", ".json", ".parquet")
-HF_NAMES = {"gsm8k": ("openai/gsm8k", "main"), "math": ("HuggingFaceH4/MATH-500", None)}
+HUB_REPOS = {"gsm8k": "openai/gsm8k", "math": "HuggingFaceH4/MATH-500"}  # `--input gsm8k` is a hub shorthand
+HUB_CONFIGS = {"openai/gsm8k": "main"}
 
 
 class PreprocessError(ValueError):
@@ -98,7 +99,7 @@ def split_of(path: Path) -> str | None:
     return None
 
 
-def read_raw(source: str, kind: str, split: str | None = None) -> dict[str, tuple[str, datasets.Dataset]]:
+def read_raw(source: str, split: str | None = None) -> dict[str, tuple[str, datasets.Dataset]]:
     """split → (where it came from, raw dataset) for a file, a directory of files, or a HF dataset name."""
     path = Path(source).expanduser()
     if path.is_dir():
@@ -114,7 +115,7 @@ def read_raw(source: str, kind: str, split: str | None = None) -> dict[str, tupl
         if file_split is None:
             raise PreprocessError(f"{path}: cannot tell the split from the name; pass --split train|test")
         return {file_split: (str(path), _read_file(path))}
-    return _read_hub(source, kind, split)
+    return _read_hub(source, split)
 
 
 def _read_file(path: Path) -> datasets.Dataset:
@@ -125,10 +126,10 @@ def _read_file(path: Path) -> datasets.Dataset:
         raise PreprocessError(f"{path}: cannot read it as {builder}: {e}") from e
 
 
-def _read_hub(name: str, kind: str, split: str | None) -> dict[str, tuple[str, datasets.Dataset]]:
-    repo, config = HF_NAMES.get(kind, (name, None)) if name == kind else (name, None)
+def _read_hub(name: str, split: str | None) -> dict[str, tuple[str, datasets.Dataset]]:
+    repo = HUB_REPOS.get(name, name)
     try:
-        loaded = datasets.load_dataset(repo, config)
+        loaded = datasets.load_dataset(repo, HUB_CONFIGS.get(repo))
     except Exception as e:
         raise PreprocessError(
             f"{name!r} is not a file or directory, and loading it as a HF dataset failed ({type(e).__name__}: "
@@ -143,7 +144,7 @@ def preprocess(kind: str, source: str, output_dir: str | Path, split: str | None
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     written = {}
-    for split_name, (where, raw) in read_raw(source, kind, split).items():
+    for split_name, (where, raw) in read_raw(source, split).items():
         rows = [
             to_row(example, split_name, i, where=f"{where} row {i}", **options) for i, example in enumerate(raw)
         ]

@@ -65,7 +65,7 @@ class RewardScorer:
         texts = self.tokenizer.batch_decode(
             [row[:n].tolist() for row, n in zip(responses, lengths)], skip_special_tokens=True
         )
-        scores = torch.zeros(batch, dtype=torch.float32)
+        scores = torch.zeros(batch, dtype=torch.float32, device=responses.device)
         extra: dict[str, list] = {}
         errors: list[int] = []
         for i, text in enumerate(texts):
@@ -96,7 +96,7 @@ class RewardScorer:
             scores[i] = score
             for key, value in sample_extra.items():
                 extra.setdefault(key, [None] * batch)[i] = value
-        token_level_scores = torch.zeros(responses.shape, dtype=torch.float32)
+        token_level_scores = torch.zeros(responses.shape, dtype=torch.float32, device=responses.device)
         rows = [i for i, n in enumerate(lengths) if n > 0]
         token_level_scores[rows, [lengths[i] - 1 for i in rows]] = scores[rows]
         return RewardResult(token_level_scores, scores, extra, len(errors))

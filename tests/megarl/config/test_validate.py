@@ -115,3 +115,10 @@ def test_critic_model_is_checked_when_it_differs(model_dir, tmp_path_factory):
     msg = one_problem("trainer.n_gpus_per_node=4", "data.train_batch_size=64", f"model.path={model_dir}",
                       f"critic.model.path={other}", "critic.megatron.tensor_model_parallel_size=4")
     assert msg.startswith("critic.megatron.tensor_model_parallel_size=4 must divide the model's 6 attention heads")
+
+
+def test_critic_and_reference_sizes_are_checked_when_those_roles_run():
+    assert "critic.forward_micro_batch_size_per_gpu=0" in one_problem("critic.forward_micro_batch_size_per_gpu=0")
+    load_config(overrides=["critic.forward_micro_batch_size_per_gpu=0", "algorithm.adv_estimator=remax"])
+    msg = one_problem("actor.use_kl_loss=true", "ref.log_prob_micro_batch_size_per_gpu=0")
+    assert msg == "ref.log_prob_micro_batch_size_per_gpu=0 must be at least 1"
