@@ -1,0 +1,117 @@
+"""Core attention for megatron-core's local (Transformer-Engine-free) layer spec, on torch SDPA.
+
+megatron's own local `DotProductAttention` materialises the s×s score matrix and supports neither packed
+sequences nor context parallelism. This module is swapped in through the layer spec instead:
+- causal attention through `scaled_dot_product_attention` (flash / memory-efficient kernels on GPU), with
+  grouped-query attention handled by the kernel;
+- packed sequences (THD: `PackedSeqParams.cu_seqlens_*`), attending within each sequence only;
+- context parallelism: each CP rank holds, of every sequence, the two load-balanced chunks megatron uses
+  (chunk r and chunk 2·cp−1−r of 2·cp); keys and values are all-gathered across the CP group, and each query
+  chunk attends to the keys up to its own end with a lower-right-aligned causal mask.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from megatron.core.process_groups_config import ProcessGroupCollection
+from megatron.core.transformer.module import MegatronModule
+from torch.nn.attention.bias import causal_lower_right
+
+
+class _AllGatherCP(torch.autograd.Function):
+    """All-gather along dim 0 over the CP group; the backward sums the gradients of every rank's copy
+    (all-reduce, then this rank's slice), which works on gloo as well as NCCL."""
+
+    @staticmethod
+    def forward(ctx, tensor: torch.Tensor, group) -> torch.Tensor:
+        ctx.group = group
+        ctx.rank = dist.get_rank(group)
+        parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(parts, tensor.contiguous(), group=group)
+        return torch.stack(parts)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        grad = grad.contiguous()
+        dist.all_reduce(grad, group=ctx.group)
+        return grad[ctx.rank], None
+
+
+def _sdpa(q, k, v, *, causal, scale, dropout):
+    """[s, h, d] tensors → [s, h·d]; `causal` is True (square) or a lower-right bias."""
+    q, k, v = (x.transpose(0, 1).unsqueeze(0) for x in (q, k, v))
+    gqa = q.shape[1] != k.shape[1]
+    if causal is True:
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, dropout_p=dropout, enable_gqa=gqa)
+    else:
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal, scale=scale, dropout_p=dropout, enable_gqa=gqa)
+    return out.squeeze(0).transpose(0, 1).reshape(out.shape[2], -1)
+
+
+class SDPAttention(MegatronModule):
+    """Drop-in `core_attention` for the local spec; same constructor and forward as megatron's."""
+
+    def __init__(self, config, layer_number, attn_mask_type, attention_type, attention_dropout=None,
+                 softmax_scale=None, cp_comm_type=None, pg_collection=None):
+        super().__init__(config=config)
+        if pg_collection is None:
+            pg_collection = ProcessGroupCollection.use_mpu_process_groups(required_pgs=["tp", "cp"])
+        self.cp_group = pg_collection.cp
+        head_dim = config.kv_channels
+        self.softmax_scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)
+        self.dropout = config.attention_dropout if attention_dropout is None else attention_dropout
+
+    def forward(self, query, key, value, attention_mask, attn_mask_type=None, attention_bias=None,
+                packed_seq_params=None):
+        if attention_bias is not None or attention_mask is not None:
+            raise ValueError("SDPAttention is causal-only: pack sequences (PackedSeqParams) instead of masking")
+        dropout = self.dropout if self.training else 0.0
+        if packed_seq_params is None:  # [s, b, h, d]
+            outs = [
+                _sdpa(query[:, b], key[:, b], value[:, b], causal=True, scale=self.softmax_scale, dropout=dropout)
+                for b in range(query.shape[1])
+            ]
+            return torch.stack(outs, dim=1)
+        cu_seqlens = packed_seq_params.cu_seqlens_q_padded
+        if cu_seqlens is None:
+            cu_seqlens = packed_seq_params.cu_seqlens_q
+        lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()
+        cp = 1 if self.cp_group is None else self.cp_group.size()
+        if cp == 1:
+            return self._packed(query, key, value, lengths, dropout)
+        return self._packed_context_parallel(query, key, value, lengths, cp, dropout)
+
+    def _packed(self, query, key, value, lengths, dropout):
+        outs, start = [], 0
+        for length in lengths:
+            end = start + length
+            outs.append(_sdpa(query[start:end], key[start:end], value[start:end], causal=True,
+                              scale=self.softmax_scale, dropout=dropout))
+            start = end
+        return torch.cat(outs, dim=0)
+
+    def _packed_context_parallel(self, query, key, value, lengths, cp, dropout):
+        rank = dist.get_rank(self.cp_group)
+        all_keys = _AllGatherCP.apply(key, self.cp_group)  # [cp, t_local, g, d]
+        all_values = _AllGatherCP.apply(value, self.cp_group)
+        outs, start = [], 0
+        for length in lengths:
+            local, chunk = length // cp, length // (2 * cp)
+            # Rank j holds chunks j and 2cp-1-j of this sequence, in that order: restore the global order.
+            first = [all_keys[j, start : start + chunk] for j in range(cp)]
+            second = [all_keys[j, start + chunk : start + local] for j in reversed(range(cp))]
+            keys = torch.cat(first + second)
+            first = [all_values[j, start : start + chunk] for j in range(cp)]
+            second = [all_values[j, start + chunk : start + local] for j in reversed(range(cp))]
+            values = torch.cat(first + second)
+            for offset, index in ((0, rank), (chunk, 2 * cp - 1 - rank)):
+                q = query[start + offset : start + offset + chunk]
+                end = (index + 1) * chunk
+                outs.append(_sdpa(q, keys[:end], values[:end], causal=causal_lower_right(chunk, end),
+                                  scale=self.softmax_scale, dropout=dropout))
+            start += local
+        return torch.cat(outs, dim=0)

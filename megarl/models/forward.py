@@ -1,0 +1,113 @@
+"""Forward-only passes over packed micro-batches through megatron's pipeline schedules: per-token
+log-probs and entropy (actor, reference) and values (critic), returned per sample on every rank."""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+import torch.distributed as dist
+from megatron.core import parallel_state
+from megatron.core.pipeline_parallel import get_forward_backward_func
+
+from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
+from megarl.models.packing import PackedBatch, pack_sequences
+
+PerToken = Callable[[torch.Tensor, PackedBatch], dict[str, torch.Tensor]]
+
+
+def _cp() -> tuple[int, int]:
+    return parallel_state.get_context_parallel_world_size(), parallel_state.get_context_parallel_rank()
+
+
+def pack_micro_batches(sequences: Sequence, micro_batches: Sequence[Sequence[int]], device=None) -> list[PackedBatch]:
+    cp_size, cp_rank = _cp()
+    return [pack_sequences([sequences[i] for i in mb], cp_size, cp_rank, device=device) for mb in micro_batches]
+
+
+def run_forward(model, batches: list[PackedBatch], per_token: PerToken) -> list[dict[str, list[torch.Tensor]]]:
+    """Run `model` (a list of model chunks) over `batches` with no gradient; `per_token(output, batch)` maps the
+    last stage's output to [1, local tokens] tensors. Returns, per batch, each key's per-sample tensors
+    (true lengths, CP chunks reassembled), identical on every rank."""
+    model = model if isinstance(model, list) else [model]
+    data = iter(batches)
+
+    def forward_step(data_iterator, chunk):
+        batch = next(data_iterator)
+        output = chunk(input_ids=batch.input_ids, position_ids=None, attention_mask=None,
+                       packed_seq_params=batch.packed_seq_params)
+
+        def collect(output_tensor):
+            return output_tensor.new_zeros(()), per_token(output_tensor, batch)
+
+        return output, collect
+
+    for chunk in model:
+        chunk.eval()
+    with torch.no_grad():
+        stored = get_forward_backward_func()(
+            forward_step_func=forward_step,
+            data_iterator=data,
+            model=model,
+            num_microbatches=len(batches),
+            seq_length=max(b.input_ids.shape[1] for b in batches),
+            micro_batch_size=1,
+            forward_only=True,
+        )
+    return [_share(batch, stored[i] if stored else None) for i, batch in enumerate(batches)]
+
+
+def _share(batch: PackedBatch, local: dict[str, torch.Tensor] | None) -> dict[str, list[torch.Tensor]]:
+    """Reassemble CP chunks on the last pipeline stage, then broadcast per-sample values to all stages."""
+    keys = sorted(local) if local is not None else None
+    if parallel_state.get_pipeline_model_parallel_world_size() > 1:
+        holder = [keys]
+        dist.broadcast_object_list(holder, src=parallel_state.get_pipeline_model_parallel_last_rank(),
+                                   group=parallel_state.get_pipeline_model_parallel_group())
+        keys = holder[0]
+    total = sum(batch.padded_lengths)
+    device = batch.input_ids.device
+    flat = torch.empty(len(keys), total, dtype=torch.float32, device=device)
+    if local is not None:
+        for row, key in enumerate(keys):
+            tensor = local[key].float().contiguous()
+            if batch.cp_size > 1:
+                parts = [torch.empty_like(tensor) for _ in range(batch.cp_size)]
+                dist.all_gather(parts, tensor, group=parallel_state.get_context_parallel_group())
+                tensor = batch.to_global(parts)
+            flat[row] = tensor[0]
+    if parallel_state.get_pipeline_model_parallel_world_size() > 1:
+        dist.broadcast(flat, src=parallel_state.get_pipeline_model_parallel_last_rank(),
+                       group=parallel_state.get_pipeline_model_parallel_group())
+    return {key: batch.unpack(flat[row : row + 1]) for row, key in enumerate(keys)}
+
+
+def _merge(per_batch: list[dict[str, list[torch.Tensor]]], micro_batches: Sequence[Sequence[int]], count: int):
+    merged: dict[str, list] = {}
+    for result, indices in zip(per_batch, micro_batches):
+        for key, values in result.items():
+            slots = merged.setdefault(key, [None] * count)
+            for index, value in zip(indices, values):
+                slots[index] = value
+    return merged
+
+
+def compute_logprobs(model, sequences: Sequence, micro_batches: Sequence[Sequence[int]], temperature: float = 1.0,
+                     with_entropy: bool = False, device=None) -> dict[str, list[torch.Tensor]]:
+    """Per sample of length L: "logprobs" [L−1], log p(token t+1 | tokens ≤ t), and "entropy" [L−1] of the
+    next-token distribution at each position when `with_entropy`."""
+
+    def per_token(logits, batch):
+        logprobs, entropy = vocab_parallel_logprobs_and_entropy(logits, batch.labels, temperature, with_entropy)
+        return {"logprobs": logprobs, **({"entropy": entropy} if with_entropy else {})}
+
+    results = run_forward(model, pack_micro_batches(sequences, micro_batches, device), per_token)
+    merged = _merge(results, micro_batches, len(sequences))
+    return {key: [v[:-1] for v in values] for key, values in merged.items()}
+
+
+def compute_values(model, sequences: Sequence, micro_batches: Sequence[Sequence[int]], device=None) -> list[torch.Tensor]:
+    """Per sample of length L: the critic's value at positions 0..L−2 (the state before each next token)."""
+    results = run_forward(model, pack_micro_batches(sequences, micro_batches, device),
+                          lambda values, batch: {"values": values.squeeze(-1)})
+    return [v[:-1] for v in _merge(results, micro_batches, len(sequences))["values"]]

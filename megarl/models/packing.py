@@ -1,0 +1,136 @@
+"""Sequence packing: variable-length samples in one row without padding between them (THD layout), split
+across context-parallel ranks the way megatron expects; and micro-batches by token budget.
+
+Each sample is padded only to a multiple of 2·cp (so it splits into 2·cp equal chunks); with context
+parallelism rank r keeps chunks r and 2·cp−1−r of every sample, which balances causal attention work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from megatron.core.packed_seq_params import PackedSeqParams
+
+
+@dataclass
+class PackedBatch:
+    input_ids: torch.Tensor  # [1, local tokens]: this CP rank's chunks of every padded sample
+    labels: torch.Tensor  # [1, local tokens]: the next token at each position (0 past a sample's end)
+    packed_seq_params: PackedSeqParams
+    lengths: list[int]  # true sample lengths
+    padded_lengths: list[int]  # lengths padded to a multiple of 2·cp
+    cp_size: int
+    cp_rank: int
+    token_fields: dict[str, torch.Tensor] = field(default_factory=dict)  # [1, local tokens] each
+
+    def unpack(self, full: torch.Tensor) -> list[torch.Tensor]:
+        """[1, all tokens] in global padded order → per-sample tensors of their true length."""
+        out, start = [], 0
+        for length, padded in zip(self.lengths, self.padded_lengths):
+            out.append(full[0, start : start + length])
+            start += padded
+        return out
+
+    def to_global(self, gathered: list[torch.Tensor]) -> torch.Tensor:
+        """Per-CP-rank [1, local tokens] tensors (index = CP rank) → [1, all tokens] in global order."""
+        if self.cp_size == 1:
+            return gathered[0]
+        pieces, start = [], 0
+        for padded in self.padded_lengths:
+            local, chunk = padded // self.cp_size, padded // (2 * self.cp_size)
+            first = [g[:, start : start + chunk] for g in gathered]
+            second = [g[:, start + chunk : start + local] for g in reversed(gathered)]
+            pieces.extend(first + second)
+            start += local
+        return torch.cat(pieces, dim=1)
+
+
+def _local_chunks(tokens: torch.Tensor, cp_size: int, cp_rank: int) -> torch.Tensor:
+    if cp_size == 1:
+        return tokens
+    chunks = tokens.chunk(2 * cp_size)
+    return torch.cat([chunks[cp_rank], chunks[2 * cp_size - 1 - cp_rank]])
+
+
+def pack_sequences(
+    sequences: list[torch.Tensor | list[int]],
+    cp_size: int = 1,
+    cp_rank: int = 0,
+    device=None,
+    token_fields: dict[str, list[torch.Tensor]] | None = None,
+) -> PackedBatch:
+    """Pack samples (1-D token ids) into one THD row for this CP rank.
+
+    `token_fields` are per-sample tensors over next-token positions (length L−1 for a sample of length L,
+    like `labels`: advantages, old log-probs, masks); they are packed and split the same way, zero-padded."""
+    if not sequences:
+        raise ValueError("cannot pack an empty list of sequences")
+    token_fields = token_fields or {}
+    multiple = 2 * cp_size if cp_size > 1 else 1
+    ids_parts, label_parts, lengths, padded_lengths = [], [], [], []
+    field_parts: dict[str, list[torch.Tensor]] = {name: [] for name in token_fields}
+    for index, seq in enumerate(sequences):
+        seq = torch.as_tensor(seq, dtype=torch.long, device=device)
+        length = seq.numel()
+        padded = -(-length // multiple) * multiple
+        ids = torch.zeros(padded, dtype=torch.long, device=seq.device)
+        ids[:length] = seq
+        labels = torch.zeros_like(ids)
+        labels[: length - 1] = seq[1:]
+        ids_parts.append(_local_chunks(ids, cp_size, cp_rank))
+        label_parts.append(_local_chunks(labels, cp_size, cp_rank))
+        for name, values in token_fields.items():
+            value = torch.as_tensor(values[index], device=seq.device)
+            if value.numel() != length - 1:
+                raise ValueError(f"token field {name!r} of sample {index} has {value.numel()} values, not {length - 1}")
+            padded_value = value.new_zeros(padded)
+            padded_value[: length - 1] = value
+            field_parts[name].append(_local_chunks(padded_value, cp_size, cp_rank))
+        lengths.append(length)
+        padded_lengths.append(padded)
+    cu = torch.tensor([0] + lengths, dtype=torch.int32, device=device).cumsum(0, dtype=torch.int32)
+    cu_padded = torch.tensor([0] + padded_lengths, dtype=torch.int32, device=device).cumsum(0, dtype=torch.int32)
+    params = PackedSeqParams(
+        qkv_format="thd",
+        cu_seqlens_q=cu,
+        cu_seqlens_kv=cu,
+        cu_seqlens_q_padded=cu_padded,
+        cu_seqlens_kv_padded=cu_padded,
+        max_seqlen_q=max(padded_lengths),
+        max_seqlen_kv=max(padded_lengths),
+    )
+    return PackedBatch(
+        input_ids=torch.cat(ids_parts).unsqueeze(0),
+        labels=torch.cat(label_parts).unsqueeze(0),
+        packed_seq_params=params,
+        lengths=lengths,
+        padded_lengths=padded_lengths,
+        cp_size=cp_size,
+        cp_rank=cp_rank,
+        token_fields={name: torch.cat(parts).unsqueeze(0) for name, parts in field_parts.items()},
+    )
+
+
+def token_budget_micro_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
+    """Split sample indices into micro-batches of at most `max_tokens` tokens each (a longer sample gets a
+    micro-batch of its own), balancing token counts: fewest micro-batches first, then longest-first
+    greedy placement into the lightest one. Every index appears exactly once."""
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be ≥ 1, got {max_tokens}")
+    total = sum(lengths)
+    count = max(-(-total // max_tokens), sum(1 for n in lengths if n > max_tokens), 1 if lengths else 0)
+    while True:
+        bins: list[list[int]] = [[] for _ in range(count)]
+        loads = [0] * count
+        fits = True
+        for index in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+            target = min(range(count), key=lambda b: loads[b])
+            if loads[target] and loads[target] + lengths[index] > max_tokens:
+                fits = False
+                break
+            bins[target].append(index)
+            loads[target] += lengths[index]
+        if fits:
+            return [sorted(b) for b in bins if b]
+        count += 1

@@ -1,0 +1,160 @@
+"""The RL roles on megatron-core: actor (LM head, trained), critic (same trunk, scalar value head, trained)
+and reference (frozen actor weights).
+
+The reference is kept in host memory and moved onto the GPU only around its forward pass (`onload` /
+`offload`): it is used once per step, so paying a host↔device copy there is cheaper than holding a second
+full copy of the weights in GPU memory while generation and training run.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from mbridge.utils.post_creation_callbacks import make_value_model
+from megatron.core.distributed import finalize_model_grads
+from megatron.core.utils import get_model_config, unwrap_model
+from safetensors import safe_open
+
+from megarl.config.schema import MegatronConfig, OptimConfig
+from megarl.models.bridge import VALUE_HEAD_NAME, export_hf_weights, make_bridge, name_value_head_for_export
+from megarl.models.forward import compute_logprobs, compute_values
+from megarl.models.training import build_optimizer, train_step
+
+@dataclass
+class RoleModel:
+    role: str
+    bridge: object
+    model: list  # megatron model chunks (DDP-wrapped when trained)
+    optimizer: object = None
+    scheduler: object = None
+    on_device: bool = True
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+
+    def logprobs(self, sequences, micro_batches, temperature=1.0, with_entropy=False):
+        return compute_logprobs(self.model, sequences, micro_batches, temperature, with_entropy, device=self.device)
+
+    def values(self, sequences, micro_batches):
+        return compute_values(self.model, sequences, micro_batches, device=self.device)
+
+    def train_step(self, batches, loss_fn) -> dict[str, float]:
+        if self.optimizer is None:
+            raise RuntimeError(f"the {self.role} is not trained")
+        return train_step(self.model, self.optimizer, self.scheduler, batches, loss_fn)
+
+    def export_hf(self):
+        """Stream (HF name, tensor); every rank of the model-parallel group must iterate it to the end."""
+        return export_hf_weights(self.bridge, self.model)
+
+    def offload(self) -> None:
+        """Move weights to (pinned) host memory; a no-op on CPU machines."""
+        if self.on_device and torch.cuda.is_available():
+            for tensor in _weights(self.model):
+                tensor.data = tensor.data.to("cpu").pin_memory()
+        self.on_device = False
+
+    def onload(self) -> None:
+        if not self.on_device and torch.cuda.is_available():
+            for tensor in _weights(self.model):
+                tensor.data = tensor.data.to(self.device, non_blocking=True)
+            torch.cuda.synchronize()
+        self.on_device = True
+
+
+def _weights(model: list):
+    for chunk in model:
+        yield from chunk.parameters()
+        yield from chunk.buffers()
+
+
+def _build(hf_path, megatron: MegatronConfig, *, trainable: bool, value_head: bool, bf16: bool):
+    config_args = {}
+    if megatron.recompute_granularity is not None:
+        config_args["recompute_granularity"] = megatron.recompute_granularity
+        if megatron.recompute_granularity == "full":
+            config_args.update(recompute_method="uniform", recompute_num_layers=1)
+    bridge = make_bridge(hf_path, torch.bfloat16 if bf16 else torch.float32, value_head=value_head, **config_args)
+    model = bridge.get_model(
+        weight_path=str(hf_path),
+        wrap_with_ddp=trainable,
+        ddp_config={"use_distributed_optimizer": True, "grad_reduce_in_fp32": True, "overlap_grad_reduce": False},
+        bf16=bf16,
+        fp16=False,
+        use_cpu_initialization=not torch.cuda.is_available(),
+        post_model_creation_callbacks=[make_value_model] if value_head else [],
+    )
+    if trainable:
+        # The schedules reduce gradients over data/context-parallel ranks, and tied embeddings across
+        # pipeline stages, only through this hook (Megatron-LM's trainer sets it; mbridge does not).
+        get_model_config(model[0]).finalize_model_grads_func = finalize_model_grads
+    return bridge, model
+
+
+def build_actor(hf_path, megatron: MegatronConfig, optim: OptimConfig, total_steps: int, bf16: bool = False) -> RoleModel:
+    bridge, model = _build(hf_path, megatron, trainable=True, value_head=False, bf16=bf16)
+    return RoleModel("actor", bridge, model, *_optimizer(model, optim, megatron, total_steps, bf16))
+
+
+def build_critic(hf_path, megatron: MegatronConfig, optim: OptimConfig, total_steps: int, bf16: bool = False,
+                 seed: int = 1) -> RoleModel:
+    """A value model on the trunk of the checkpoint at `hf_path`: its `score.weight` when it has one (a
+    critic checkpoint), else a head drawn from `seed` identically on every rank and parallel layout."""
+    bridge, model = _build(hf_path, megatron, trainable=True, value_head=True, bf16=bf16)
+    head = _read_hf_tensor(hf_path, VALUE_HEAD_NAME)
+    for chunk in model:
+        layer = getattr(unwrap_model(chunk), "output_layer", None)
+        if layer is None or not getattr(unwrap_model(chunk), "post_process", False):
+            continue
+        if head is None:
+            generator = torch.Generator().manual_seed(seed)
+            head = torch.randn(layer.weight.shape, generator=generator) / layer.weight.shape[1] ** 0.5
+        with torch.no_grad():
+            layer.weight.copy_(head.to(layer.weight.dtype))
+    name_value_head_for_export(bridge)
+    return RoleModel("critic", bridge, model, *_optimizer(model, optim, megatron, total_steps, bf16))
+
+
+def build_reference(hf_path, megatron: MegatronConfig, bf16: bool = False) -> RoleModel:
+    bridge, model = _build(hf_path, megatron, trainable=False, value_head=False, bf16=bf16)
+    for tensor in _weights(model):
+        tensor.requires_grad_(False)
+    reference = RoleModel("reference", bridge, model)
+    reference.offload()
+    return reference
+
+
+def _optimizer(model, optim: OptimConfig, megatron: MegatronConfig, total_steps: int, bf16: bool):
+    return build_optimizer(
+        model,
+        lr=optim.lr,
+        min_lr=optim.min_lr,
+        weight_decay=optim.weight_decay,
+        betas=tuple(optim.betas),
+        clip_grad=optim.clip_grad,
+        lr_warmup_steps=optim.lr_warmup_steps,
+        lr_decay_style=optim.lr_decay_style,
+        total_steps=total_steps,
+        bf16=bf16,
+        cpu_offload=megatron.optimizer_offload,
+    )
+
+
+def _read_hf_tensor(path, name: str) -> torch.Tensor | None:
+    """One tensor of a HF safetensors checkpoint directory, or None when it has no such tensor."""
+    path = Path(path)
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        shard = json.loads(index.read_text())["weight_map"].get(name)
+        files = [path / shard] if shard else []
+    else:
+        files = sorted(path.glob("*.safetensors"))
+    for file in files:
+        with safe_open(str(file), framework="pt") as reader:
+            if name in reader.keys():
+                return reader.get_tensor(name)
+    return None

@@ -1,0 +1,112 @@
+"""Optimizer, LR schedule and one optimizer step over packed micro-batches (megatron schedules, so
+pipeline parallelism and gradient accumulation come for free).
+
+Loss convention: `loss_fn(output, batch)` returns this micro-batch's *contribution* to the global loss
+(e.g. `agg_loss` with global token/sequence counts), so contributions summed over micro-batches and ranks
+give the loss. megatron's schedule multiplies a returned loss by the CP size and divides it by the number of
+micro-batches, and DDP averages gradients over data × context parallel ranks; the step multiplies by
+data-parallel size × micro-batch count to undo exactly that.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from megatron.core import parallel_state
+from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+from megatron.core.pipeline_parallel import get_forward_backward_func
+
+from megarl.models.packing import PackedBatch
+
+LossFn = Callable[[torch.Tensor, PackedBatch], tuple[torch.Tensor, dict[str, float]]]
+
+
+def build_optimizer(
+    model: list,
+    *,
+    lr: float,
+    min_lr: float = 0.0,
+    weight_decay: float = 0.01,
+    betas: tuple[float, float] = (0.9, 0.999),
+    clip_grad: float = 1.0,
+    lr_warmup_steps: int = 0,
+    lr_decay_style: str = "constant",
+    total_steps: int = 1,
+    bf16: bool = False,
+    cpu_offload: bool = False,
+):
+    """megatron's distributed Adam(W) over the DDP-wrapped `model` chunks, and its LR/WD scheduler."""
+    config = OptimizerConfig(
+        optimizer="adam",
+        lr=lr,
+        min_lr=min_lr,
+        weight_decay=weight_decay,
+        adam_beta1=betas[0],
+        adam_beta2=betas[1],
+        clip_grad=clip_grad,
+        bf16=bf16,
+        params_dtype=torch.bfloat16 if bf16 else torch.float32,
+        use_distributed_optimizer=True,
+        optimizer_cpu_offload=cpu_offload,
+    )
+    optimizer = get_megatron_optimizer(config, model)
+    scheduler = OptimizerParamScheduler(
+        optimizer,
+        init_lr=0.0 if lr_warmup_steps else lr,
+        max_lr=lr,
+        min_lr=min_lr,
+        lr_warmup_steps=lr_warmup_steps,
+        lr_decay_steps=max(total_steps, lr_warmup_steps + 1),
+        lr_decay_style=lr_decay_style,
+        start_wd=weight_decay,
+        end_wd=weight_decay,
+        wd_incr_steps=max(total_steps, 1),
+        wd_incr_style="constant",
+    )
+    return optimizer, scheduler
+
+
+def train_step(model: list, optimizer, scheduler, batches: list[PackedBatch], loss_fn: LossFn) -> dict[str, float]:
+    """Forward-backward over `batches`, then one optimizer step. Returns grad_norm, lr, whether the update
+    was applied, and the per-micro-batch metrics of `loss_fn` summed (on the last pipeline stage)."""
+    scale = parallel_state.get_data_parallel_world_size() * len(batches)
+    data = iter(batches)
+    summed: dict[str, float] = {}
+
+    def forward_step(data_iterator, chunk):
+        batch = next(data_iterator)
+        output = chunk(input_ids=batch.input_ids, position_ids=None, attention_mask=None,
+                       packed_seq_params=batch.packed_seq_params)
+
+        def loss(output_tensor):
+            contribution, metrics = loss_fn(output_tensor, batch)
+            for key, value in metrics.items():
+                summed[key] = summed.get(key, 0.0) + float(value)
+            return contribution * scale, {}
+
+        return output, loss
+
+    for chunk in model:
+        chunk.train()
+        chunk.zero_grad_buffer()
+    optimizer.zero_grad()
+    get_forward_backward_func()(
+        forward_step_func=forward_step,
+        data_iterator=data,
+        model=model,
+        num_microbatches=len(batches),
+        seq_length=max(b.input_ids.shape[1] for b in batches),
+        micro_batch_size=1,
+        forward_only=False,
+    )
+    update_successful, grad_norm, _ = optimizer.step()
+    if update_successful:
+        scheduler.step(increment=1)
+    return {
+        "grad_norm": float(grad_norm) if grad_norm is not None else float("nan"),
+        "lr": optimizer.param_groups[0]["lr"],
+        "update_successful": float(bool(update_successful)),
+        **summed,
+    }

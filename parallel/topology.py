@@ -1,0 +1,42 @@
+"""Process groups: the default group from torchrun's environment, and megatron's training mesh
+(tensor × pipeline × context parallel over data parallel)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+import torch
+import torch.distributed as dist
+from megatron.core import parallel_state, tensor_parallel
+
+from parallel import cpu_compat
+
+
+def init_distributed(timeout_s: float = 600.0) -> None:
+    """Join the default process group (NCCL with CUDA, gloo otherwise) from torchrun's env variables.
+    Collectives time out after `timeout_s`, so a dead rank fails the job instead of hanging it."""
+    if dist.is_initialized():
+        return
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(seconds=timeout_s))
+    cpu_compat.enable()
+
+
+def init_model_parallel(tp: int = 1, pp: int = 1, cp: int = 1, seed: int = 1) -> None:
+    """Build megatron's mesh over the default group and seed its per-rank RNG streams."""
+    if parallel_state.model_parallel_is_initialized():
+        parallel_state.destroy_model_parallel()
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp
+    )
+    tensor_parallel.model_parallel_cuda_manual_seed(seed)
+
+
+def destroy() -> None:
+    if parallel_state.model_parallel_is_initialized():
+        parallel_state.destroy_model_parallel()
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,138 @@
+"""One parallel layout's view of a tiny model, run under torchrun by test_layouts.py.
+
+usage: torchrun --nproc-per-node N dist_worker.py MODEL_DIR OUT_JSON TP PP CP
+Rank 0 writes: log-probs, entropy and values of fixed sequences, actor and critic gradient norms of one
+step, log-probs after it, max |Δ| against HF transformers, the export round trip, packed vs padded.
+"""
+
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+from megatron.core import parallel_state
+
+from megarl.algorithms import compute_policy_loss, compute_value_loss
+from megarl.config.schema import MegatronConfig, OptimConfig
+from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
+from megarl.models.packing import pack_sequences
+from megarl.models.roles import build_actor, build_critic, build_reference
+from parallel import topology
+
+SEQ_LENGTHS = (9, 14, 6, 11, 8, 13, 7, 10)
+PROMPT = 3
+MICRO_BATCHES = [[0, 1], [2, 3], [4, 5], [6, 7]]
+
+
+def sequences(vocab: int) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(1234)
+    return [torch.randint(0, vocab, (n,), generator=generator) for n in SEQ_LENGTHS]
+
+
+def response_masks() -> list[torch.Tensor]:
+    # Next-token positions ≥ PROMPT-1 predict response tokens.
+    return [(torch.arange(n - 1) >= PROMPT - 1).float() for n in SEQ_LENGTHS]
+
+
+def my_micro_batches() -> list[list[int]]:
+    dp, rank = parallel_state.get_data_parallel_world_size(), parallel_state.get_data_parallel_rank()
+    return MICRO_BATCHES[rank::dp]
+
+
+def packed(seqs, indices, fields):
+    cp, rank = parallel_state.get_context_parallel_world_size(), parallel_state.get_context_parallel_rank()
+    return [
+        pack_sequences([seqs[i] for i in mb], cp, rank, token_fields={k: [v[i] for i in mb] for k, v in fields.items()})
+        for mb in indices
+    ]
+
+
+def main():
+    model_dir, out, tp, pp, cp = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
+    topology.init_distributed(timeout_s=120)
+    topology.init_model_parallel(tp=tp, pp=pp, cp=cp, seed=7)
+    megatron = MegatronConfig(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp)
+    optim = OptimConfig(lr=1e-3, weight_decay=0.0, clip_grad=1e9)
+    result = {}
+
+    actor = build_actor(model_dir, megatron, optim, total_steps=1)
+    vocab = actor.bridge.hf_config.vocab_size
+    seqs = sequences(vocab)
+    before = actor.logprobs(seqs, MICRO_BATCHES, with_entropy=True)
+    result["logprobs"] = [t.tolist() for t in before["logprobs"]]
+    result["entropy"] = [t.tolist() for t in before["entropy"]]
+
+    hf_names = dict(actor.export_hf())
+    if dist.get_rank() == 0:
+        from safetensors.torch import load_file
+        from transformers import AutoModelForCausalLM
+
+        original = load_file(f"{model_dir}/model.safetensors")
+        result["export_exact"] = sorted(original) == sorted(hf_names) and all(
+            torch.equal(original[k], hf_names[k]) for k in original
+        )
+        hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        worst = 0.0
+        with torch.no_grad():
+            for seq, lp in zip(seqs, before["logprobs"]):
+                ref = torch.log_softmax(hf(seq[None]).logits[0, :-1], -1).gather(-1, seq[1:, None]).squeeze(-1)
+                worst = max(worst, (lp - ref).abs().max().item())
+        result["hf_max_abs_diff"] = worst
+
+    if pp == 1 and cp == 1:  # the padded computation: one right-padded batch, no packing
+        width = max(SEQ_LENGTHS)
+        ids = torch.zeros(len(seqs), width, dtype=torch.long)
+        for i, seq in enumerate(seqs):
+            ids[i, : len(seq)] = seq
+        with torch.no_grad():
+            logits = actor.model[0](input_ids=ids, position_ids=None, attention_mask=None)
+        labels = torch.cat([ids[:, 1:], torch.zeros(len(seqs), 1, dtype=torch.long)], dim=1)
+        padded, _ = vocab_parallel_logprobs_and_entropy(logits, labels, with_entropy=False)
+        result["packed_vs_padded"] = max(
+            (padded[i, : n - 1] - before["logprobs"][i]).abs().max().item() for i, n in enumerate(SEQ_LENGTHS)
+        )
+
+    masks = response_masks()
+    total_tokens = float(sum(m.sum() for m in masks))
+    advantages = [torch.linspace(-1, 1, n - 1) * (1 if i % 2 else -1) for i, n in enumerate(SEQ_LENGTHS)]
+    fields = {"old": before["logprobs"], "adv": advantages, "mask": masks}
+
+    def actor_loss(logits, batch):
+        logprobs, _ = vocab_parallel_logprobs_and_entropy(logits, batch.labels, with_entropy=False)
+        f = batch.token_fields
+        pg_loss, *_ = compute_policy_loss(f["old"], logprobs, f["adv"], f["mask"], batch_num_tokens=total_tokens)
+        return pg_loss, {"pg_loss": pg_loss.item()}
+
+    step = actor.train_step(packed(seqs, my_micro_batches(), fields), actor_loss)
+    result["actor_grad_norm"] = step["grad_norm"]
+    result["logprobs_after"] = [t.tolist() for t in actor.logprobs(seqs, MICRO_BATCHES)["logprobs"]]
+
+    critic = build_critic(model_dir, megatron, optim, total_steps=1, seed=3)
+    values = critic.values(seqs, MICRO_BATCHES)
+    result["values"] = [t.tolist() for t in values]
+    returns = [torch.full((n - 1,), 0.5) for n in SEQ_LENGTHS]
+
+    def critic_loss(output, batch):
+        f = batch.token_fields
+        vf_loss, _ = compute_value_loss(output.squeeze(-1), f["returns"], f["values"], f["mask"], 0.2,
+                                        batch_num_tokens=total_tokens)
+        return vf_loss, {}
+
+    fields = {"returns": returns, "values": values, "mask": masks}
+    result["critic_grad_norm"] = critic.train_step(packed(seqs, my_micro_batches(), fields), critic_loss)["grad_norm"]
+
+    reference = build_reference(model_dir, megatron)
+    reference.onload()
+    ref_logprobs = reference.logprobs(seqs, MICRO_BATCHES)["logprobs"]
+    reference.offload()
+    result["reference_max_abs_diff"] = max((a - b).abs().max().item() for a, b in zip(ref_logprobs, before["logprobs"]))
+
+    if dist.get_rank() == 0:
+        with open(out, "w") as f:
+            json.dump(result, f)
+    dist.barrier()
+    topology.destroy()
+
+
+if __name__ == "__main__":
+    main()
