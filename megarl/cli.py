@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from typing import Sequence
 
@@ -40,6 +41,8 @@ def preprocess_main(argv: Sequence[str]) -> int:
 COMMANDS = {
     "train": ("megarl.train", "run an RL recipe (PPO, GRPO, ...)"),
     "preprocess": ("megarl.cli", "convert GSM8K, MATH or custom data into RL parquet"),
+    "check-model": ("megarl.models.check", "load a HF checkpoint in a parallel layout and compare with HF"),
+    "export": ("megarl.models.export", "turn a megarl model checkpoint into a HF checkpoint"),
 }
 
 
@@ -52,9 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "preprocess":
         return preprocess_main(rest)
-    from megarl.train import main as train_main
-
-    return train_main(rest)
+    return importlib.import_module(COMMANDS[command][0]).main(rest)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import socket
 
 import torch
 import torch.distributed as dist
@@ -13,11 +14,21 @@ from megatron.core import parallel_state, tensor_parallel
 from parallel import cpu_compat
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def init_distributed(timeout_s: float = 600.0) -> None:
-    """Join the default process group (NCCL with CUDA, gloo otherwise) from torchrun's env variables.
-    Collectives time out after `timeout_s`, so a dead rank fails the job instead of hanging it."""
+    """Join the default process group (NCCL with CUDA, gloo otherwise) from torchrun's env variables, or
+    as a group of one when started without torchrun. Collectives time out after `timeout_s`, so a dead
+    rank fails the job instead of hanging it."""
     if dist.is_initialized():
         return
+    if "WORLD_SIZE" not in os.environ:
+        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=str(_free_port()))
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))

@@ -48,7 +48,10 @@ def _sdpa(q, k, v, *, causal, scale, dropout):
     if causal is True:
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, dropout_p=dropout, enable_gqa=gqa)
     else:
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal, scale=scale, dropout_p=dropout, enable_gqa=gqa)
+        # The lower-right causal bias runs on the memory-efficient kernel, which has no grouped-query mode.
+        if gqa:
+            k, v = (x.repeat_interleave(q.shape[1] // x.shape[1], dim=1) for x in (k, v))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal, scale=scale, dropout_p=dropout)
     return out.squeeze(0).transpose(0, 1).reshape(out.shape[2], -1)
 
 

@@ -72,7 +72,8 @@ def _weights(model: list):
         yield from chunk.buffers()
 
 
-def _build(hf_path, megatron: MegatronConfig, *, trainable: bool, value_head: bool, bf16: bool):
+def _build(hf_path, megatron: MegatronConfig, *, trainable: bool, value_head: bool, bf16: bool,
+           load_weights: bool = True):
     config_args = {}
     if megatron.recompute_granularity is not None:
         config_args["recompute_granularity"] = megatron.recompute_granularity
@@ -80,7 +81,7 @@ def _build(hf_path, megatron: MegatronConfig, *, trainable: bool, value_head: bo
             config_args.update(recompute_method="uniform", recompute_num_layers=1)
     bridge = make_bridge(hf_path, torch.bfloat16 if bf16 else torch.float32, value_head=value_head, **config_args)
     model = bridge.get_model(
-        weight_path=str(hf_path),
+        weight_path=str(hf_path) if load_weights else None,
         wrap_with_ddp=trainable,
         ddp_config={"use_distributed_optimizer": True, "grad_reduce_in_fp32": True, "overlap_grad_reduce": False},
         bf16=bf16,
@@ -117,6 +118,14 @@ def build_critic(hf_path, megatron: MegatronConfig, optim: OptimConfig, total_st
             layer.weight.copy_(head.to(layer.weight.dtype))
     name_value_head_for_export(bridge)
     return RoleModel("critic", bridge, model, *_optimizer(model, optim, megatron, total_steps, bf16))
+
+
+def build_frozen(hf_path, megatron: MegatronConfig, bf16: bool = False, value_head: bool = False) -> RoleModel:
+    """An untrained model skeleton of the checkpoint's architecture, for loading a megarl checkpoint into."""
+    bridge, model = _build(hf_path, megatron, trainable=False, value_head=value_head, bf16=bf16, load_weights=False)
+    if value_head:
+        name_value_head_for_export(bridge)
+    return RoleModel("critic" if value_head else "actor", bridge, model)
 
 
 def build_reference(hf_path, megatron: MegatronConfig, bf16: bool = False) -> RoleModel:

@@ -1,12 +1,14 @@
-"""One parallel layout's view of a tiny model, run under torchrun by test_layouts.py.
+"""One parallel layout's view of a model, run under torchrun by test_layouts.py (CPU, fp32) and
+tests/gpu/test_models_gpu.py (bf16).
 
-usage: torchrun --nproc-per-node N dist_worker.py MODEL_DIR OUT_JSON TP PP CP
+usage: torchrun --nproc-per-node N dist_worker.py MODEL_DIR OUT_JSON --tp T --pp P --cp C [--bf16] [--length-scale K]
 Rank 0 writes: log-probs, entropy and values of fixed sequences, actor and critic gradient norms of one
-step, log-probs after it, max |Δ| against HF transformers, the export round trip, packed vs padded.
+step, log-probs after it, max |Δ| against HF transformers in fp32 (and, in bf16 runs, HF's own bf16 error
+as the yardstick), the export round trip, packed vs padded.
 """
 
+import argparse
 import json
-import sys
 
 import torch
 import torch.distributed as dist
@@ -19,19 +21,19 @@ from megarl.models.packing import pack_sequences
 from megarl.models.roles import build_actor, build_critic, build_reference
 from parallel import topology
 
-SEQ_LENGTHS = (9, 14, 6, 11, 8, 13, 7, 10)
+BASE_LENGTHS = (9, 14, 6, 11, 8, 13, 7, 10)
 PROMPT = 3
 MICRO_BATCHES = [[0, 1], [2, 3], [4, 5], [6, 7]]
 
 
-def sequences(vocab: int) -> list[torch.Tensor]:
+def sequences(vocab: int, lengths) -> list[torch.Tensor]:
     generator = torch.Generator().manual_seed(1234)
-    return [torch.randint(0, vocab, (n,), generator=generator) for n in SEQ_LENGTHS]
+    return [torch.randint(0, vocab, (n,), generator=generator) for n in lengths]
 
 
-def response_masks() -> list[torch.Tensor]:
+def response_masks(lengths) -> list[torch.Tensor]:
     # Next-token positions ≥ PROMPT-1 predict response tokens.
-    return [(torch.arange(n - 1) >= PROMPT - 1).float() for n in SEQ_LENGTHS]
+    return [(torch.arange(n - 1) >= PROMPT - 1).float() for n in lengths]
 
 
 def my_micro_batches() -> list[list[int]]:
@@ -39,62 +41,88 @@ def my_micro_batches() -> list[list[int]]:
     return MICRO_BATCHES[rank::dp]
 
 
-def packed(seqs, indices, fields):
+def packed(seqs, indices, fields, device):
     cp, rank = parallel_state.get_context_parallel_world_size(), parallel_state.get_context_parallel_rank()
     return [
-        pack_sequences([seqs[i] for i in mb], cp, rank, token_fields={k: [v[i] for i in mb] for k, v in fields.items()})
+        pack_sequences([seqs[i] for i in mb], cp, rank, device=device,
+                       token_fields={k: [v[i] for i in mb] for k, v in fields.items()})
         for mb in indices
     ]
 
 
+def hf_logprobs(model_dir, seqs, dtype, device):
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device)
+    out = []
+    with torch.no_grad():
+        for seq in seqs:
+            seq = seq.to(device)
+            logits = hf(seq[None]).logits[0, :-1].float()
+            out.append(torch.log_softmax(logits, -1).gather(-1, seq[1:, None]).squeeze(-1).cpu())
+    del hf
+    return out
+
+
 def main():
-    model_dir, out, tp, pp, cp = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
-    topology.init_distributed(timeout_s=120)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("model_dir")
+    parser.add_argument("out")
+    parser.add_argument("--tp", type=int, default=1)
+    parser.add_argument("--pp", type=int, default=1)
+    parser.add_argument("--cp", type=int, default=1)
+    parser.add_argument("--bf16", action="store_true")
+    parser.add_argument("--length-scale", type=int, default=1)
+    args = parser.parse_args()
+    model_dir, out, tp, pp, cp, bf16 = args.model_dir, args.out, args.tp, args.pp, args.cp, args.bf16
+    lengths = [n * args.length_scale for n in BASE_LENGTHS]
+    topology.init_distributed(timeout_s=300)
     topology.init_model_parallel(tp=tp, pp=pp, cp=cp, seed=7)
     megatron = MegatronConfig(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp)
     optim = OptimConfig(lr=1e-3, weight_decay=0.0, clip_grad=1e9)
     result = {}
 
-    actor = build_actor(model_dir, megatron, optim, total_steps=1)
+    actor = build_actor(model_dir, megatron, optim, total_steps=1, bf16=bf16)
+    device = actor.device
     vocab = actor.bridge.hf_config.vocab_size
-    seqs = sequences(vocab)
+    seqs = sequences(vocab, lengths)
     before = actor.logprobs(seqs, MICRO_BATCHES, with_entropy=True)
     result["logprobs"] = [t.tolist() for t in before["logprobs"]]
     result["entropy"] = [t.tolist() for t in before["entropy"]]
 
-    hf_names = dict(actor.export_hf())
+    hf_names = {name: tensor.cpu() for name, tensor in actor.export_hf()}
     if dist.get_rank() == 0:
         from safetensors.torch import load_file
-        from transformers import AutoModelForCausalLM
 
         original = load_file(f"{model_dir}/model.safetensors")
         result["export_exact"] = sorted(original) == sorted(hf_names) and all(
             torch.equal(original[k], hf_names[k]) for k in original
         )
-        hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-        worst = 0.0
-        with torch.no_grad():
-            for seq, lp in zip(seqs, before["logprobs"]):
-                ref = torch.log_softmax(hf(seq[None]).logits[0, :-1], -1).gather(-1, seq[1:, None]).squeeze(-1)
-                worst = max(worst, (lp - ref).abs().max().item())
-        result["hf_max_abs_diff"] = worst
+        reference = hf_logprobs(model_dir, seqs, torch.float32, device)
+        mine = [lp.cpu() for lp in before["logprobs"]]
+        result["hf_max_abs_diff"] = max((a - b).abs().max().item() for a, b in zip(mine, reference))
+        result["hf_mean_abs_diff"] = float(torch.cat([(a - b).abs() for a, b in zip(mine, reference)]).mean())
+        if bf16:
+            hf_bf16 = hf_logprobs(model_dir, seqs, torch.bfloat16, device)
+            result["hf_bf16_max_abs_diff"] = max((a - b).abs().max().item() for a, b in zip(hf_bf16, reference))
+            result["hf_bf16_mean_abs_diff"] = float(torch.cat([(a - b).abs() for a, b in zip(hf_bf16, reference)]).mean())
 
     if pp == 1 and cp == 1:  # the padded computation: one right-padded batch, no packing
-        width = max(SEQ_LENGTHS)
-        ids = torch.zeros(len(seqs), width, dtype=torch.long)
+        width = max(lengths)
+        ids = torch.zeros(len(seqs), width, dtype=torch.long, device=device)
         for i, seq in enumerate(seqs):
             ids[i, : len(seq)] = seq
         with torch.no_grad():
             logits = actor.model[0](input_ids=ids, position_ids=None, attention_mask=None)
-        labels = torch.cat([ids[:, 1:], torch.zeros(len(seqs), 1, dtype=torch.long)], dim=1)
+        labels = torch.cat([ids[:, 1:], torch.zeros_like(ids[:, :1])], dim=1)
         padded, _ = vocab_parallel_logprobs_and_entropy(logits, labels, with_entropy=False)
         result["packed_vs_padded"] = max(
-            (padded[i, : n - 1] - before["logprobs"][i]).abs().max().item() for i, n in enumerate(SEQ_LENGTHS)
+            (padded[i, : n - 1] - before["logprobs"][i]).abs().max().item() for i, n in enumerate(lengths)
         )
 
-    masks = response_masks()
+    masks = response_masks(lengths)
     total_tokens = float(sum(m.sum() for m in masks))
-    advantages = [torch.linspace(-1, 1, n - 1) * (1 if i % 2 else -1) for i, n in enumerate(SEQ_LENGTHS)]
+    advantages = [torch.linspace(-1, 1, n - 1) * (1 if i % 2 else -1) for i, n in enumerate(lengths)]
     fields = {"old": before["logprobs"], "adv": advantages, "mask": masks}
 
     def actor_loss(logits, batch):
@@ -103,14 +131,20 @@ def main():
         pg_loss, *_ = compute_policy_loss(f["old"], logprobs, f["adv"], f["mask"], batch_num_tokens=total_tokens)
         return pg_loss, {"pg_loss": pg_loss.item()}
 
-    step = actor.train_step(packed(seqs, my_micro_batches(), fields), actor_loss)
+    step = actor.train_step(packed(seqs, my_micro_batches(), fields, device), actor_loss)
     result["actor_grad_norm"] = step["grad_norm"]
+    if dist.get_world_size() == 1 and not bf16:  # activation recomputation changes memory, not gradients
+        recomputed = build_actor(model_dir, MegatronConfig(recompute_granularity="full"), optim, total_steps=1)
+        batches = packed(seqs, my_micro_batches(), fields, device)
+        result["recompute_grad_norm"] = recomputed.train_step(batches, actor_loss)["grad_norm"]
+        del recomputed
     result["logprobs_after"] = [t.tolist() for t in actor.logprobs(seqs, MICRO_BATCHES)["logprobs"]]
 
-    critic = build_critic(model_dir, megatron, optim, total_steps=1, seed=3)
+    del actor
+    critic = build_critic(model_dir, megatron, optim, total_steps=1, seed=3, bf16=bf16)
     values = critic.values(seqs, MICRO_BATCHES)
     result["values"] = [t.tolist() for t in values]
-    returns = [torch.full((n - 1,), 0.5) for n in SEQ_LENGTHS]
+    returns = [torch.full((n - 1,), 0.5) for n in lengths]
 
     def critic_loss(output, batch):
         f = batch.token_fields
@@ -119,13 +153,19 @@ def main():
         return vf_loss, {}
 
     fields = {"returns": returns, "values": values, "mask": masks}
-    result["critic_grad_norm"] = critic.train_step(packed(seqs, my_micro_batches(), fields), critic_loss)["grad_norm"]
+    result["critic_grad_norm"] = critic.train_step(packed(seqs, my_micro_batches(), fields, device), critic_loss)["grad_norm"]
+    del critic
 
-    reference = build_reference(model_dir, megatron)
+    reference = build_reference(model_dir, megatron, bf16=bf16)
+    if torch.cuda.is_available():
+        result["reference_offloaded_gpu_bytes"] = sum(
+            t.numel() * t.element_size() for chunk in reference.model for t in chunk.parameters() if t.is_cuda
+        )
     reference.onload()
     ref_logprobs = reference.logprobs(seqs, MICRO_BATCHES)["logprobs"]
     reference.offload()
     result["reference_max_abs_diff"] = max((a - b).abs().max().item() for a, b in zip(ref_logprobs, before["logprobs"]))
+    result["lengths"] = lengths
 
     if dist.get_rank() == 0:
         with open(out, "w") as f:

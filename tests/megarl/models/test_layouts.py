@@ -31,11 +31,11 @@ def make_model(family: str, path: Path) -> Path:
     return path
 
 
-def run_layout(model_dir: Path, out: Path, tp: int, pp: int, cp: int, nproc: int) -> dict:
+def run_layout(model_dir: Path, out: Path, tp: int, pp: int, cp: int, nproc: int, extra=(), timeout=300) -> dict:
     env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), str(WORKER),
-           str(model_dir), str(out), str(tp), str(pp), str(cp)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+           str(model_dir), str(out), "--tp", str(tp), "--pp", str(pp), "--cp", str(cp), *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     return json.loads(out.read_text())
 
@@ -74,5 +74,6 @@ def test_layouts_equal_the_single_rank_run(family_runs):
             assert max_abs(run[key], single[key]) <= 1e-5, (name, key)
         for key in ("actor_grad_norm", "critic_grad_norm"):
             assert abs(run[key] - single[key]) <= 1e-5 * abs(single[key]), (name, key, run[key], single[key])
+    assert abs(single["recompute_grad_norm"] - single["actor_grad_norm"]) <= 1e-6 * single["actor_grad_norm"]
     # The step changed the policy: equality above is not the trivial one.
     assert max_abs(single["logprobs_after"], single["logprobs"]) > 1e-3

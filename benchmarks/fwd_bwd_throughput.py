@@ -1,0 +1,124 @@
+"""Training-step throughput (forward + backward + optimizer step) of megarl's megatron actor on one GPU,
+against HF transformers doing the same work on the same GPU in the same run.
+
+    python benchmarks/fwd_bwd_throughput.py --shape qwen2.5-0.5b --out benchmarks/results/X.json
+
+MFU counts 6·N FLOPs per token for the weights plus 6·layers·hidden·seq for causal attention (fwd+bwd),
+against the H200's 989 TFLOP/s dense bf16 peak."""
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import tempfile
+import time
+
+import torch
+
+from megarl.models.shapes import SHAPES, parameter_count, write_random_checkpoint
+
+H200_BF16_PEAK = 989e12
+
+
+def timed(step, iters: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def megarl_step_time(model_dir, sequences, iters):
+    from megarl.config.schema import MegatronConfig, OptimConfig
+    from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
+    from megarl.models.packing import pack_sequences
+    from megarl.models.roles import build_actor
+    from parallel import topology
+
+    topology.init_distributed()
+    topology.init_model_parallel()
+    actor = build_actor(model_dir, MegatronConfig(), OptimConfig(lr=1e-6), total_steps=100, bf16=True)
+    batches = [pack_sequences(sequences, device=actor.device)]
+    tokens = sum(len(s) - 1 for s in sequences)
+
+    def loss(logits, batch):
+        logprobs, _ = vocab_parallel_logprobs_and_entropy(logits, batch.labels, with_entropy=False)
+        return -logprobs.sum() / tokens, {}
+
+    torch.cuda.reset_peak_memory_stats()
+    seconds = timed(lambda: actor.train_step(batches, loss), iters)
+    peak = torch.cuda.max_memory_allocated() / 1024**3
+    del actor
+    torch.cuda.empty_cache()
+    return seconds, peak
+
+
+def hf_step_time(model_dir, sequences, iters):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="sdpa").cuda()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=True)
+    ids = torch.stack(sequences).cuda()
+
+    def step():
+        out = model(input_ids=ids, labels=ids)
+        out.loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    torch.cuda.reset_peak_memory_stats()
+    seconds = timed(step, iters)
+    return seconds, torch.cuda.max_memory_allocated() / 1024**3
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--shape", default="qwen2.5-0.5b", choices=sorted(SHAPES))
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--seq-len", type=int, default=1024)
+    parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--commit", default="unknown")
+    parser.add_argument("--machine", default="nvidia-h200")
+    args = parser.parse_args()
+    model_dir = write_random_checkpoint(args.shape, tempfile.mkdtemp() + "/model", dtype=torch.bfloat16)
+    generator = torch.Generator().manual_seed(0)
+    vocab = SHAPES[args.shape]["vocab_size"]
+    sequences = [torch.randint(0, vocab, (args.seq_len,), generator=generator) for _ in range(args.batch)]
+    tokens = args.batch * args.seq_len
+    c = SHAPES[args.shape]
+    flops_per_token = 6 * parameter_count(args.shape) + 6 * c["num_hidden_layers"] * c["hidden_size"] * args.seq_len
+
+    hf_seconds, hf_peak = hf_step_time(model_dir, sequences, args.iters)
+    torch.cuda.empty_cache()
+    megarl_seconds, megarl_peak = megarl_step_time(model_dir, sequences, args.iters)
+
+    def figures(seconds, peak):
+        rate = tokens / seconds
+        return {"tokens_per_s": round(rate, 1), "step_s": round(seconds, 4), "peak_mem_gb": round(peak, 2),
+                "mfu": round(rate * flops_per_token / H200_BF16_PEAK, 4)}
+
+    row = {
+        "date": datetime.date.today().isoformat(), "commit": args.commit, "machine": args.machine,
+        "command": f"python benchmarks/fwd_bwd_throughput.py --shape {args.shape} --batch {args.batch} "
+                   f"--seq-len {args.seq_len} --iters {args.iters}",
+        "what": "train-step", "model_shape": args.shape, "dtype": "bf16", "tp": 1, "pp": 1, "cp": 1, "dp": 1,
+        "batch_size": args.batch, "seq_len": args.seq_len, "backend": "megatron-core local spec + SDPAttention",
+        **figures(megarl_seconds, megarl_peak),
+        "baseline": {"backend": "hf-transformers sdpa + fused AdamW", **figures(hf_seconds, hf_peak)},
+    }
+    row["ratio_vs_baseline"] = round(row["tokens_per_s"] / row["baseline"]["tokens_per_s"], 3)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump([row], f, indent=1)
+    print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()

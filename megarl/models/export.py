@@ -1,0 +1,91 @@
+"""`megarl export --checkpoint DIR --out HF_DIR`: a megarl model checkpoint → a HF checkpoint directory
+(safetensors shards + index, config, tokenizer). Runs as one process, or under torchrun for large models."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Iterable
+
+import torch
+import torch.distributed as dist
+from safetensors.torch import save_file
+
+from megarl.config.schema import MegatronConfig
+
+SHARD_BYTES = 4 * 1024**3
+
+
+def write_hf_checkpoint(tensors: Iterable[tuple[str, torch.Tensor]], out: str | Path, shard_bytes: int = SHARD_BYTES) -> None:
+    """Stream (name, tensor) into safetensors shards of at most `shard_bytes` (one tensor may exceed it)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name, tensor in tensors:
+        nbytes = tensor.numel() * tensor.element_size()
+        if shards[-1] and size + nbytes > shard_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = tensor.detach().to("cpu").contiguous()
+        size += nbytes
+    if len(shards) == 1:
+        save_file(shards[0], str(out / "model.safetensors"), metadata={"format": "pt"})
+        return
+    weight_map = {}
+    for i, shard in enumerate(shards):
+        filename = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, str(out / filename), metadata={"format": "pt"})
+        weight_map.update({name: filename for name in shard})
+    total = sum(t.numel() * t.element_size() for shard in shards for t in shard.values())
+    (out / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2)
+    )
+
+
+def export_checkpoint(checkpoint: str | Path, out: str | Path, tp: int = 1, pp: int = 1) -> None:
+    from megarl.models.checkpoint import checkpoint_role, copy_hf_metadata, load_model_checkpoint
+    from megarl.models.roles import build_frozen
+    from parallel import topology
+
+    role_name = checkpoint_role(checkpoint)
+    topology.init_distributed()
+    topology.init_model_parallel(tp=tp, pp=pp)
+    megatron = MegatronConfig(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
+    hf_dir = Path(checkpoint) / "hf"
+    role = build_frozen(hf_dir, megatron, bf16=torch.cuda.is_available(), value_head=role_name == "critic")
+    load_model_checkpoint(role, checkpoint)
+    tensors = role.export_hf()
+    if dist.get_rank() == 0:
+        write_hf_checkpoint(tensors, out)
+        copy_hf_metadata(hf_dir, out)
+    else:
+        for _ in tensors:
+            pass
+    dist.barrier()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="megarl export", description=__doc__)
+    parser.add_argument("--checkpoint", required=True, help="a megarl model checkpoint directory")
+    parser.add_argument("--out", required=True, help="the HF checkpoint directory to write")
+    parser.add_argument("--tp", type=int, default=1, help="tensor parallel size to load with (under torchrun)")
+    parser.add_argument("--pp", type=int, default=1, help="pipeline parallel size to load with (under torchrun)")
+    args = parser.parse_args(argv)
+    try:
+        export_checkpoint(args.checkpoint, args.out, args.tp, args.pp)
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if dist.get_rank() == 0:
+        print(f"wrote {args.out}")
+    from parallel import topology
+
+    topology.destroy()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""Architectures of the models the recipes use, as HF config values, and random-weight HF checkpoints of
+them: nothing can be downloaded on our machines, so tests and benchmarks build these locally."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+SHAPES = {
+    "qwen2.5-0.5b": dict(
+        model_type="qwen2", hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+        num_attention_heads=14, num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768,
+        rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+    ),
+    "qwen2.5-7b": dict(
+        model_type="qwen2", hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+        num_attention_heads=28, num_key_value_heads=4, vocab_size=152064, max_position_embeddings=32768,
+        rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
+    ),
+    "qwen3-0.6b": dict(
+        model_type="qwen3", hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+        num_attention_heads=16, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+        max_position_embeddings=40960, rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+    ),
+    "qwen3-8b": dict(
+        model_type="qwen3", hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+        num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+        max_position_embeddings=40960, rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
+    ),
+}
+
+
+def parameter_count(shape: str) -> int:
+    c = SHAPES[shape]
+    head_dim = c.get("head_dim", c["hidden_size"] // c["num_attention_heads"])
+    q, kv = c["num_attention_heads"] * head_dim, c["num_key_value_heads"] * head_dim
+    attention = c["hidden_size"] * (q + 2 * kv) + q * c["hidden_size"]
+    if c["model_type"] == "qwen2":
+        attention += q + 2 * kv  # QKV bias
+    mlp = 3 * c["hidden_size"] * c["intermediate_size"]
+    layer = attention + mlp + 2 * c["hidden_size"]
+    embeddings = c["vocab_size"] * c["hidden_size"] * (1 if c["tie_word_embeddings"] else 2)
+    return c["num_hidden_layers"] * layer + embeddings + c["hidden_size"]
+
+
+def write_random_checkpoint(shape: str, out: str | Path, seed: int = 0, dtype: torch.dtype = torch.bfloat16,
+                            **overrides) -> Path:
+    """A HF checkpoint of `shape` (config values overridable, e.g. num_hidden_layers=2) with random weights."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    values = {**SHAPES[shape], **overrides}
+    config = AutoConfig.for_model(**values)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    out = Path(out)
+    model.save_pretrained(out)
+    return out

@@ -1,0 +1,99 @@
+"""GPU (nvidia-h200-x2, bf16): the layout equalities of tests/megarl/models/test_layouts.py on a model of
+Qwen2.5-0.5B's shape with random weights. bf16 errors are judged against HF transformers' own bf16 error,
+measured in the same run against the same fp32 reference.
+
+Rows for benchmarks/results/ go to $MEGARL_RESULTS_DIR/models_gpu.json when it is set."""
+
+import datetime
+import json
+import os
+
+import pytest
+import torch
+
+from megarl.models.shapes import write_random_checkpoint
+from tests.megarl.models.test_layouts import LAYOUTS, run_layout
+
+pytestmark = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (nvidia-h200-x2)")
+
+SHAPE = "qwen2.5-0.5b"
+LENGTH_SCALE = 32  # sequences of 192..448 tokens
+
+
+def max_abs(a, b):
+    return max(abs(x - y) for p, q in zip(a, b) for x, y in zip(p, q))
+
+
+def mean_abs(a, b):
+    diffs = [abs(x - y) for p, q in zip(a, b) for x, y in zip(p, q)]
+    return sum(diffs) / len(diffs)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gpu")
+    model = write_random_checkpoint(SHAPE, root / "model", dtype=torch.bfloat16)
+    extra = ["--bf16", "--length-scale", str(LENGTH_SCALE)]
+    results = {"single": run_layout(model, root / "single.json", 1, 1, 1, nproc=1, extra=extra, timeout=600)}
+    for name in ("tp2", "pp2", "cp2"):
+        results[name] = run_layout(model, root / f"{name}.json", *LAYOUTS[name], nproc=2, extra=extra, timeout=600)
+    _write_rows(results)
+    return results
+
+
+def _write_rows(results):
+    out_dir = os.environ.get("MEGARL_RESULTS_DIR")
+    if not out_dir:
+        return
+    single = results["single"]
+    rows = []
+    for name, run in results.items():
+        tp, pp, cp = LAYOUTS.get(name, (1, 1, 1))
+        row = {
+            "date": datetime.date.today().isoformat(),
+            "commit": os.environ.get("MEGARL_COMMIT", "unknown"),
+            "machine": os.environ.get("MEGARL_MACHINE", "nvidia-h200-x2"),
+            "command": "python -m pytest tests/gpu/test_models_gpu.py",
+            "what": "check-model",
+            "model_shape": SHAPE, "dtype": "bf16", "tp": tp, "pp": pp, "cp": cp, "dp": 1,
+            "seq_lengths": run["lengths"],
+            "logprob_max_abs_diff": run["hf_max_abs_diff"],
+            "logprob_mean_abs_diff": run["hf_mean_abs_diff"],
+            "weight_check": "exact" if run["export_exact"] else "mismatch",
+            "baseline": {"what": "hf-transformers bf16 vs the same fp32 reference",
+                         "logprob_max_abs_diff": run["hf_bf16_max_abs_diff"],
+                         "logprob_mean_abs_diff": run["hf_bf16_mean_abs_diff"]},
+        }
+        if name != "single":
+            row.update(
+                vs_single_logprob_max_abs_diff=max_abs(run["logprobs"], single["logprobs"]),
+                vs_single_logprob_mean_abs_diff=mean_abs(run["logprobs"], single["logprobs"]),
+                vs_single_values_max_abs_diff=max_abs(run["values"], single["values"]),
+                vs_single_actor_grad_norm_rel_diff=abs(run["actor_grad_norm"] - single["actor_grad_norm"]) / single["actor_grad_norm"],
+                vs_single_critic_grad_norm_rel_diff=abs(run["critic_grad_norm"] - single["critic_grad_norm"]) / single["critic_grad_norm"],
+            )
+        rows.append(row)
+    with open(os.path.join(out_dir, "models_gpu.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+
+
+def test_bf16_error_is_that_of_hf_bf16(runs):
+    for name, run in runs.items():
+        assert run["export_exact"], name
+        assert run["hf_mean_abs_diff"] <= 1.5 * run["hf_bf16_mean_abs_diff"], (name, run["hf_mean_abs_diff"], run["hf_bf16_mean_abs_diff"])
+        assert run["hf_max_abs_diff"] <= 1.5 * run["hf_bf16_max_abs_diff"], name
+        assert run["reference_offloaded_gpu_bytes"] == 0, name
+        if "packed_vs_padded" in run:
+            assert run["packed_vs_padded"] <= run["hf_bf16_max_abs_diff"], name
+
+
+def test_layouts_agree_within_bf16_error(runs):
+    single = runs["single"]
+    yardstick = single["hf_bf16_mean_abs_diff"]
+    for name in ("tp2", "pp2", "cp2"):
+        run = runs[name]
+        assert mean_abs(run["logprobs"], single["logprobs"]) <= yardstick, name
+        assert max_abs(run["logprobs"], single["logprobs"]) <= single["hf_bf16_max_abs_diff"], name
+        assert mean_abs(run["entropy"], single["entropy"]) <= yardstick, name
+        for key in ("actor_grad_norm", "critic_grad_norm"):
+            assert abs(run[key] - single[key]) <= 2e-2 * single[key], (name, key, run[key], single[key])
