@@ -21,7 +21,16 @@ from megarl.models.shapes import SHAPES, parameter_count, write_random_checkpoin
 H200_BF16_PEAK = 989e12
 
 
-def timed(step, iters: int, warmup: int = 3) -> float:
+def profile(step, label: str) -> None:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+    print(f"== {label}: top CUDA kernels over 3 steps")
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=15, max_name_column_width=60))
+
+
+def timed(step, iters: int, label: str, with_profile: bool, warmup: int = 3) -> float:
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
@@ -31,10 +40,12 @@ def timed(step, iters: int, warmup: int = 3) -> float:
         step()
         torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
+    if with_profile:
+        profile(step, label)
     return statistics.median(times)
 
 
-def megarl_step_time(model_dir, sequences, iters):
+def megarl_step_time(model_dir, sequences, iters, with_profile):
     from megarl.config.schema import MegatronConfig, OptimConfig
     from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
     from megarl.models.packing import pack_sequences
@@ -52,14 +63,14 @@ def megarl_step_time(model_dir, sequences, iters):
         return -logprobs.sum() / tokens, {}
 
     torch.cuda.reset_peak_memory_stats()
-    seconds = timed(lambda: actor.train_step(batches, loss), iters)
+    seconds = timed(lambda: actor.train_step(batches, loss), iters, "megarl", with_profile)
     peak = torch.cuda.max_memory_allocated() / 1024**3
     del actor
     torch.cuda.empty_cache()
     return seconds, peak
 
 
-def hf_step_time(model_dir, sequences, iters):
+def hf_step_time(model_dir, sequences, iters, with_profile):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="sdpa").cuda()
@@ -73,7 +84,7 @@ def hf_step_time(model_dir, sequences, iters):
         optimizer.zero_grad(set_to_none=True)
 
     torch.cuda.reset_peak_memory_stats()
-    seconds = timed(step, iters)
+    seconds = timed(step, iters, "hf", with_profile)
     return seconds, torch.cuda.max_memory_allocated() / 1024**3
 
 
@@ -86,6 +97,7 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--commit", default="unknown")
     parser.add_argument("--machine", default="nvidia-h200")
+    parser.add_argument("--profile", action="store_true", help="print the top CUDA kernels of each backend")
     args = parser.parse_args()
     model_dir = write_random_checkpoint(args.shape, tempfile.mkdtemp() + "/model", dtype=torch.bfloat16)
     generator = torch.Generator().manual_seed(0)
@@ -95,9 +107,9 @@ def main():
     c = SHAPES[args.shape]
     flops_per_token = 6 * parameter_count(args.shape) + 6 * c["num_hidden_layers"] * c["hidden_size"] * args.seq_len
 
-    hf_seconds, hf_peak = hf_step_time(model_dir, sequences, args.iters)
+    hf_seconds, hf_peak = hf_step_time(model_dir, sequences, args.iters, args.profile)
     torch.cuda.empty_cache()
-    megarl_seconds, megarl_peak = megarl_step_time(model_dir, sequences, args.iters)
+    megarl_seconds, megarl_peak = megarl_step_time(model_dir, sequences, args.iters, args.profile)
 
     def figures(seconds, peak):
         rate = tokens / seconds

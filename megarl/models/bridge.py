@@ -18,15 +18,16 @@ from transformers import AutoConfig
 
 from megarl.models.spec import layer_spec, transformer_engine_available
 
+# Without TE: no sequence parallel (its norms need TE) and none of the fusions that need TE or Apex.
 LOCAL_SPEC_ARGS = dict(
     sequence_parallel=False,
     masked_softmax_fusion=False,
-    bias_activation_fusion=False,
-    bias_dropout_fusion=False,
     apply_rope_fusion=False,
     gradient_accumulation_fusion=False,
     persist_layer_norm=False,
 )
+# megatron's own fused SwiGLU and bias-dropout-add kernels need only CUDA.
+CUDA_FUSIONS = dict(bias_activation_fusion=True, bias_dropout_fusion=True)
 
 
 def load_hf_config(path: str | Path):
@@ -56,7 +57,9 @@ def make_bridge(hf_path: str | Path, dtype: torch.dtype, use_transformer_engine:
     extra = dict(config_args)
     if not use_te:
         extra = {**LOCAL_SPEC_ARGS, **extra}
-    if not torch.cuda.is_available():
+    if torch.cuda.is_available():
+        extra = {**CUDA_FUSIONS, **extra}
+    else:
         extra.setdefault("use_cpu_initialization", True)
     bridge.set_extra_args(**extra)
     bridge._get_transformer_layer_spec = lambda vp_stage=None: layer_spec(bridge.config, use_te, vp_stage)

@@ -88,12 +88,16 @@ def test_bf16_error_is_that_of_hf_bf16(runs):
 
 
 def test_layouts_agree_within_bf16_error(runs):
+    # Each layout's own error against fp32 is bounded above by HF bf16's. Two bf16 computations that round
+    # in different orders (TP reductions, CP chunking) each carry such an error, so they may differ by up to
+    # about twice it; pipeline parallelism does not reorder anything and must agree exactly.
     single = runs["single"]
-    yardstick = single["hf_bf16_mean_abs_diff"]
+    mean_bound, max_bound = 2 * single["hf_bf16_mean_abs_diff"], 2 * single["hf_bf16_max_abs_diff"]
+    assert runs["pp2"]["logprobs"] == single["logprobs"]
     for name in ("tp2", "pp2", "cp2"):
         run = runs[name]
-        assert mean_abs(run["logprobs"], single["logprobs"]) <= yardstick, name
-        assert max_abs(run["logprobs"], single["logprobs"]) <= single["hf_bf16_max_abs_diff"], name
-        assert mean_abs(run["entropy"], single["entropy"]) <= yardstick, name
+        assert mean_abs(run["logprobs"], single["logprobs"]) <= mean_bound, name
+        assert max_abs(run["logprobs"], single["logprobs"]) <= max_bound, name
+        assert mean_abs(run["entropy"], single["entropy"]) <= mean_bound, name
         for key in ("actor_grad_norm", "critic_grad_norm"):
             assert abs(run[key] - single[key]) <= 2e-2 * single[key], (name, key, run[key], single[key])
