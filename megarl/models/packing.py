@@ -3,6 +3,10 @@ across context-parallel ranks the way megatron expects; and micro-batches by tok
 
 Each sample is padded only to a multiple of 2·cp (so it splits into 2·cp equal chunks); with context
 parallelism rank r keeps chunks r and 2·cp−1−r of every sample, which balances causal attention work.
+
+The cumulative lengths stay in host memory unless Transformer Engine (whose kernels read them on the GPU)
+is present: the local spec's attention and RoPE split sequences by them in Python, and device copies would
+cost a GPU→host synchronisation in every layer.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from dataclasses import dataclass, field
 
 import torch
 from megatron.core.packed_seq_params import PackedSeqParams
+
+from megarl.models.spec import transformer_engine_available
 
 
 @dataclass
@@ -89,8 +95,9 @@ def pack_sequences(
             field_parts[name].append(_local_chunks(padded_value, cp_size, cp_rank))
         lengths.append(length)
         padded_lengths.append(padded)
-    cu = torch.tensor([0] + lengths, dtype=torch.int32, device=device).cumsum(0, dtype=torch.int32)
-    cu_padded = torch.tensor([0] + padded_lengths, dtype=torch.int32, device=device).cumsum(0, dtype=torch.int32)
+    cu_device = device if transformer_engine_available() else "cpu"
+    cu = torch.tensor([0] + lengths, dtype=torch.int32, device=cu_device).cumsum(0, dtype=torch.int32)
+    cu_padded = torch.tensor([0] + padded_lengths, dtype=torch.int32, device=cu_device).cumsum(0, dtype=torch.int32)
     params = PackedSeqParams(
         qkv_format="thd",
         cu_seqlens_q=cu,
