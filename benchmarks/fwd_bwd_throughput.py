@@ -30,6 +30,29 @@ def profile(step, label: str) -> None:
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=15, max_name_column_width=60))
 
 
+def find_syncs(step, label: str) -> None:
+    """Run `step` once under CUDA's sync-debug mode; print where device→host synchronisations happen."""
+    import collections
+    import traceback
+    import warnings
+
+    sites = collections.Counter()
+
+    def record(message, category, filename, lineno, file=None, line=None):
+        frames = [f for f in traceback.extract_stack()[:-2] if "megarl" in f.filename or "megatron" in f.filename]
+        sites[" <- ".join(f"{f.filename.rsplit('/', 2)[-1]}:{f.lineno}:{f.name}" for f in reversed(frames[-3:]))] += 1
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = record
+        torch.cuda.set_sync_debug_mode("warn")
+        step()
+        torch.cuda.set_sync_debug_mode(0)
+    print(f"== {label}: {sum(sites.values())} synchronisations in one step")
+    for site, count in sites.most_common(20):
+        print(f"{count:5d}  {site}")
+
+
 def timed(step, iters: int, label: str, with_profile: bool, warmup: int = 3) -> float:
     for _ in range(warmup):
         step()
@@ -45,7 +68,7 @@ def timed(step, iters: int, label: str, with_profile: bool, warmup: int = 3) -> 
     return statistics.median(times)
 
 
-def megarl_step_time(model_dir, sequences, iters, with_profile):
+def megarl_step_time(model_dir, sequences, iters, with_profile, with_syncs=False):
     from megarl.config.schema import MegatronConfig, OptimConfig
     from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
     from megarl.models.packing import pack_sequences
@@ -62,6 +85,9 @@ def megarl_step_time(model_dir, sequences, iters, with_profile):
         logprobs, _ = vocab_parallel_logprobs_and_entropy(logits, batch.labels, with_entropy=False)
         return -logprobs.sum() / tokens, {}
 
+    if with_syncs:
+        actor.train_step(batches, loss)
+        find_syncs(lambda: actor.train_step(batches, loss), "megarl")
     torch.cuda.reset_peak_memory_stats()
     seconds = timed(lambda: actor.train_step(batches, loss), iters, "megarl", with_profile)
     peak = torch.cuda.max_memory_allocated() / 1024**3
@@ -98,6 +124,7 @@ def main():
     parser.add_argument("--commit", default="unknown")
     parser.add_argument("--machine", default="nvidia-h200")
     parser.add_argument("--profile", action="store_true", help="print the top CUDA kernels of each backend")
+    parser.add_argument("--find-syncs", action="store_true", help="print where megarl's step synchronises")
     args = parser.parse_args()
     model_dir = write_random_checkpoint(args.shape, tempfile.mkdtemp() + "/model", dtype=torch.bfloat16)
     generator = torch.Generator().manual_seed(0)
@@ -109,7 +136,7 @@ def main():
 
     hf_seconds, hf_peak = hf_step_time(model_dir, sequences, args.iters, args.profile)
     torch.cuda.empty_cache()
-    megarl_seconds, megarl_peak = megarl_step_time(model_dir, sequences, args.iters, args.profile)
+    megarl_seconds, megarl_peak = megarl_step_time(model_dir, sequences, args.iters, args.profile, args.find_syncs)
 
     def figures(seconds, peak):
         rate = tokens / seconds
