@@ -39,6 +39,8 @@ def find_syncs(step, label: str) -> None:
     sites = collections.Counter()
 
     def record(message, category, filename, lineno, file=None, line=None):
+        if "synchroniz" not in str(message):
+            return
         frames = [f for f in traceback.extract_stack()[:-2] if "megarl" in f.filename or "megatron" in f.filename]
         sites[" <- ".join(f"{f.filename.rsplit('/', 2)[-1]}:{f.lineno}:{f.name}" for f in reversed(frames[-3:]))] += 1
 

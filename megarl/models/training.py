@@ -18,6 +18,7 @@ from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 from megatron.core.pipeline_parallel import get_forward_backward_func
 
+from megarl.models import fallbacks
 from megarl.models.packing import PackedBatch
 
 LossFn = Callable[[torch.Tensor, PackedBatch], tuple[torch.Tensor, dict[str, float]]]
@@ -38,6 +39,7 @@ def build_optimizer(
     cpu_offload: bool = False,
 ):
     """megatron's distributed Adam(W) over the DDP-wrapped `model` chunks, and its LR/WD scheduler."""
+    fallbacks.install()
     config = OptimizerConfig(
         optimizer="adam",
         lr=lr,
