@@ -22,12 +22,15 @@ H200_BF16_PEAK = 989e12
 
 
 def profile(step, label: str) -> None:
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
         for _ in range(3):
             step()
         torch.cuda.synchronize()
-    print(f"== {label}: top CUDA kernels over 3 steps")
-    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=15, max_name_column_width=60))
+    averages = prof.key_averages()
+    for sort_by in ("cuda_time_total", "self_cpu_time_total"):
+        print(f"== {label}: top ops by {sort_by} over 3 steps")
+        print(averages.table(sort_by=sort_by, row_limit=15, max_name_column_width=60))
 
 
 def find_syncs(step, label: str) -> None:
