@@ -14,18 +14,29 @@ from tests.helpers import REPO_ROOT
 
 WORKER = Path(__file__).with_name("dist_worker.py")
 LAYOUTS = {"tp2": (2, 1, 1), "pp2": (1, 2, 1), "cp2": (1, 1, 2), "dp2": (1, 1, 1)}
-FAMILY_LAYOUTS = {"qwen2": ["tp2", "pp2", "cp2", "dp2"], "qwen3": ["tp2", "pp2", "cp2"]}
+FAMILY_LAYOUTS = {"qwen2": ["tp2", "pp2", "cp2", "dp2"], "qwen3": ["tp2", "pp2", "cp2"], "llama": ["tp2", "pp2"]}
 
 
 def make_model(family: str, path: Path) -> Path:
-    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+    from transformers import (
+        LlamaConfig,
+        LlamaForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+    )
 
-    config_cls, model_cls = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM)}[family]
+    config_cls, model_cls = {
+        "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+        "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+        "llama": (LlamaConfig, LlamaForCausalLM),
+    }[family]
     torch.manual_seed(0)
     config = config_cls(
         vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
-        tie_word_embeddings=family == "qwen3",  # Qwen2: untied with QKV bias; Qwen3: tied with QK-norm
+        tie_word_embeddings=family == "qwen3",  # Qwen2: untied, QKV bias; Qwen3: tied, QK-norm; Llama: untied
     )
     model_cls(config).save_pretrained(path)
     return path
