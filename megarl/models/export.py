@@ -19,27 +19,34 @@ SHARD_BYTES = 4 * 1024**3
 
 
 def write_hf_checkpoint(tensors: Iterable[tuple[str, torch.Tensor]], out: str | Path, shard_bytes: int = SHARD_BYTES) -> None:
-    """Stream (name, tensor) into safetensors shards of at most `shard_bytes` (one tensor may exceed it)."""
+    """Stream (name, tensor) into safetensors shards of at most `shard_bytes` (one tensor may exceed it),
+    each written as soon as it is full: host memory holds one shard, not the model."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    shards: list[dict[str, torch.Tensor]] = [{}]
-    size = 0
+    weight_map: dict[str, str] = {}
+    shard: dict[str, torch.Tensor] = {}
+    size = total = 0
+    files: list[Path] = []
+
+    def flush():
+        files.append(out / f"model-{len(files) + 1:05d}.safetensors")
+        save_file(shard, str(files[-1]), metadata={"format": "pt"})
+        weight_map.update({name: files[-1].name for name in shard})
+        shard.clear()
+
     for name, tensor in tensors:
         nbytes = tensor.numel() * tensor.element_size()
-        if shards[-1] and size + nbytes > shard_bytes:
-            shards.append({})
+        if shard and size + nbytes > shard_bytes:
+            flush()
             size = 0
-        shards[-1][name] = tensor.detach().to("cpu").contiguous()
+        shard[name] = tensor.detach().to("cpu").contiguous()
         size += nbytes
-    if len(shards) == 1:
-        save_file(shards[0], str(out / "model.safetensors"), metadata={"format": "pt"})
+        total += nbytes
+    if shard or not files:
+        flush()
+    if len(files) == 1:
+        files[0].rename(out / "model.safetensors")
         return
-    weight_map = {}
-    for i, shard in enumerate(shards):
-        filename = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-        save_file(shard, str(out / filename), metadata={"format": "pt"})
-        weight_map.update({name: filename for name in shard})
-    total = sum(t.numel() * t.element_size() for shard in shards for t in shard.values())
     (out / "model.safetensors.index.json").write_text(
         json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2)
     )

@@ -25,34 +25,38 @@ def pack_micro_batches(sequences: Sequence, micro_batches: Sequence[Sequence[int
     return [pack_sequences([sequences[i] for i in mb], cp_size, cp_rank, device=device) for mb in micro_batches]
 
 
-def run_forward(model, batches: list[PackedBatch], per_token: PerToken) -> list[dict[str, list[torch.Tensor]]]:
-    """Run `model` (a list of model chunks) over `batches` with no gradient; `per_token(output, batch)` maps the
-    last stage's output to [1, local tokens] tensors. Returns, per batch, each key's per-sample tensors
-    (true lengths, CP chunks reassembled), identical on every rank."""
-    model = model if isinstance(model, list) else [model]
+def run_schedule(model: list, batches: list[PackedBatch], on_output: Callable, forward_only: bool) -> list:
+    """megatron's (pipeline) schedule over packed `batches`. On the last stage `on_output(output, batch)`
+    returns (loss, data); the schedule returns each micro-batch's data there and nothing elsewhere."""
     data = iter(batches)
 
     def forward_step(data_iterator, chunk):
         batch = next(data_iterator)
         output = chunk(input_ids=batch.input_ids, position_ids=None, attention_mask=None,
                        packed_seq_params=batch.packed_seq_params)
+        return output, lambda output_tensor: on_output(output_tensor, batch)
 
-        def collect(output_tensor):
-            return output_tensor.new_zeros(()), per_token(output_tensor, batch)
+    return get_forward_backward_func()(
+        forward_step_func=forward_step,
+        data_iterator=data,
+        model=model,
+        num_microbatches=len(batches),
+        seq_length=max(b.input_ids.shape[1] for b in batches),
+        micro_batch_size=1,
+        forward_only=forward_only,
+    )
 
-        return output, collect
 
+def run_forward(model, batches: list[PackedBatch], per_token: PerToken) -> list[dict[str, list[torch.Tensor]]]:
+    """Run `model` (a list of model chunks) over `batches` with no gradient; `per_token(output, batch)` maps the
+    last stage's output to [1, local tokens] tensors. Returns, per batch, each key's per-sample tensors
+    (true lengths, CP chunks reassembled), identical on every rank."""
+    model = model if isinstance(model, list) else [model]
     for chunk in model:
         chunk.eval()
     with torch.no_grad():
-        stored = get_forward_backward_func()(
-            forward_step_func=forward_step,
-            data_iterator=data,
-            model=model,
-            num_microbatches=len(batches),
-            seq_length=max(b.input_ids.shape[1] for b in batches),
-            micro_batch_size=1,
-            forward_only=True,
+        stored = run_schedule(
+            model, batches, lambda output, batch: (output.new_zeros(()), per_token(output, batch)), forward_only=True
         )
     return [_share(batch, stored[i] if stored else None) for i, batch in enumerate(batches)]
 

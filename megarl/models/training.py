@@ -16,9 +16,8 @@ import torch
 from megatron.core import parallel_state
 from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
-from megatron.core.pipeline_parallel import get_forward_backward_func
-
 from megarl.models import fallbacks
+from megarl.models.forward import run_schedule
 from megarl.models.packing import PackedBatch
 
 LossFn = Callable[[torch.Tensor, PackedBatch], tuple[torch.Tensor, dict[str, float]]]
@@ -74,35 +73,19 @@ def train_step(model: list, optimizer, scheduler, batches: list[PackedBatch], lo
     """Forward-backward over `batches`, then one optimizer step. Returns grad_norm, lr, whether the update
     was applied, and the per-micro-batch metrics of `loss_fn` summed (on the last pipeline stage)."""
     scale = parallel_state.get_data_parallel_world_size() * len(batches)
-    data = iter(batches)
     summed: dict[str, float] = {}
 
-    def forward_step(data_iterator, chunk):
-        batch = next(data_iterator)
-        output = chunk(input_ids=batch.input_ids, position_ids=None, attention_mask=None,
-                       packed_seq_params=batch.packed_seq_params)
-
-        def loss(output_tensor):
-            contribution, metrics = loss_fn(output_tensor, batch)
-            for key, value in metrics.items():
-                summed[key] = summed.get(key, 0.0) + float(value)
-            return contribution * scale, {}
-
-        return output, loss
+    def loss(output, batch):
+        contribution, metrics = loss_fn(output, batch)
+        for key, value in metrics.items():
+            summed[key] = summed.get(key, 0.0) + float(value)
+        return contribution * scale, {}
 
     for chunk in model:
         chunk.train()
         chunk.zero_grad_buffer()
     optimizer.zero_grad()
-    get_forward_backward_func()(
-        forward_step_func=forward_step,
-        data_iterator=data,
-        model=model,
-        num_microbatches=len(batches),
-        seq_length=max(b.input_ids.shape[1] for b in batches),
-        micro_batch_size=1,
-        forward_only=False,
-    )
+    run_schedule(model, batches, loss, forward_only=False)
     update_successful, grad_norm, _ = optimizer.step()
     if update_successful:
         scheduler.step(increment=1)
