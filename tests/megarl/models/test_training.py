@@ -1,0 +1,24 @@
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO_ROOT
+from tests.megarl.models.test_layouts import make_model
+
+
+def test_warmup_then_cosine_decay(tmp_path):
+    model = make_model("qwen2", tmp_path / "model")
+    env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    worker = Path(__file__).with_name("training_worker.py")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", str(worker),
+                           str(model), str(tmp_path / "lrs.json")], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    lrs = json.loads((tmp_path / "lrs.json").read_text())
+    # Step 0 uses lr 0 (warmup from 0), then 0.5e-3, 1e-3, then cosine from 1e-3 to 1e-4 over the 3 decay steps.
+    decay = [1e-4 + 0.5 * (1e-3 - 1e-4) * (1 + math.cos(math.pi * k / 3)) for k in (1, 2, 3)]
+    assert lrs == pytest.approx([0.0, 0.5e-3, 1e-3, *decay], rel=1e-6, abs=1e-12)

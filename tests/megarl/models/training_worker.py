@@ -1,0 +1,31 @@
+"""LR schedule through RoleModel.train_step (run under torchrun by test_training.py): writes the lr used by
+each of five steps and the grad norms, with warmup 2 and cosine decay over 5 steps."""
+
+import json
+import sys
+
+import torch
+
+from megarl.config.schema import MegatronConfig, OptimConfig
+from megarl.models.packing import pack_sequences
+from megarl.models.roles import build_actor
+from parallel import topology
+
+
+def main():
+    model_dir, out = sys.argv[1], sys.argv[2]
+    topology.init_distributed(timeout_s=120)
+    topology.init_model_parallel()
+    optim = OptimConfig(lr=1e-3, min_lr=1e-4, lr_warmup_steps=2, lr_decay_style="cosine", weight_decay=0.0)
+    actor = build_actor(model_dir, MegatronConfig(), optim, total_steps=5)
+    batches = [pack_sequences([torch.arange(2, 10), torch.arange(20, 26)])]
+    lrs = [actor.optimizer.param_groups[0]["lr"]]
+    for _ in range(5):
+        lrs.append(actor.train_step(batches, lambda output, batch: (output.float().mean(), {}))["lr"])
+    with open(out, "w") as f:
+        json.dump(lrs, f)
+    topology.destroy()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""The Docker image and setup.py agree: the image installs megarl's own extras and its base torch is the
+gpu extra's torch."""
+
+import importlib.metadata
+import re
+
+from tests.helpers import REPO_ROOT
+
+DOCKERFILE = (REPO_ROOT / "Dockerfile").read_text()
+
+
+def gpu_pins() -> dict[str, str]:
+    pins = {}
+    for requirement in importlib.metadata.requires("megarl"):
+        spec, _, marker = requirement.partition(";")
+        if 'extra == "gpu"' in marker and "==" in spec:
+            name, version = spec.strip().split("==")
+            pins[name] = version
+    return pins
+
+
+def test_base_torch_is_the_gpu_extras_torch():
+    torch_arg = re.search(r"ARG TORCH_VERSION=(\S+)", DOCKERFILE).group(1)
+    base = re.search(r"ARG BASE_IMAGE=pytorch/pytorch:([0-9.]+)-", DOCKERFILE).group(1)
+    assert torch_arg == base == gpu_pins()["torch"]
+
+
+def test_image_pins_nothing_but_what_setup_py_pins():
+    pinned = dict(re.findall(r"([A-Za-z0-9_.\-\[\]]+)==([0-9][\w.]*)", DOCKERFILE))
+    pins = {**gpu_pins(), **{r.split("==")[0]: r.split("==")[1] for r in importlib.metadata.requires("megarl")
+                              if "==" in r and ";" not in r}}
+    assert all(pins.get(name) == version for name, version in pinned.items()), pinned
+    assert 'pip install ".[gpu]"' in DOCKERFILE and '".[accel]"' in DOCKERFILE
