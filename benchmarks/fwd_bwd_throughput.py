@@ -95,10 +95,7 @@ def megarl_step_time(model_dir, sequences, iters, with_profile, with_syncs=False
         find_syncs(lambda: actor.train_step(batches, loss), "megarl")
     torch.cuda.reset_peak_memory_stats()
     seconds = timed(lambda: actor.train_step(batches, loss), iters, "megarl", with_profile)
-    peak = torch.cuda.max_memory_allocated() / 1024**3
-    del actor
-    torch.cuda.empty_cache()
-    return seconds, peak
+    return seconds, torch.cuda.max_memory_allocated() / 1024**3
 
 
 def hf_step_time(model_dir, sequences, iters, with_profile):

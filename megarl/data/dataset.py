@@ -128,7 +128,7 @@ def _read_table(path: Path, prompt_key: str) -> datasets.Dataset:
         raise DataError(
             f"{path}: missing column(s) {missing}; it has {table.column_names}. Rows need verl's schema "
             f"({prompt_key}, data_source, reward_model.ground_truth); `megarl preprocess` writes it"
-            + (f", or set data.prompt_key to the prompt column" if prompt_key in missing else "")
+            + (", or set data.prompt_key to the prompt column" if prompt_key in missing else "")
         )
     reward_type = table.schema.field("reward_model").type
     if not (pa.types.is_struct(reward_type) and reward_type.get_field_index("ground_truth") >= 0):
