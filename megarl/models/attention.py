@@ -21,6 +21,8 @@ from megatron.core.process_groups_config import ProcessGroupCollection
 from megatron.core.transformer.module import MegatronModule
 from torch.nn.attention.bias import causal_lower_right
 
+from megarl.models.packing import sequence_in_global_order
+
 
 class _AllGatherCP(torch.autograd.Function):
     """All-gather along dim 0 over the CP group; the backward sums the gradients of every rank's copy
@@ -99,18 +101,13 @@ class SDPAttention(MegatronModule):
 
     def _packed_context_parallel(self, query, key, value, lengths, cp, dropout):
         rank = dist.get_rank(self.cp_group)
-        all_keys = _AllGatherCP.apply(key, self.cp_group)  # [cp, t_local, g, d]
-        all_values = _AllGatherCP.apply(value, self.cp_group)
+        all_keys = _AllGatherCP.apply(key, self.cp_group).unbind(0)  # cp × [t_local, g, d] views
+        all_values = _AllGatherCP.apply(value, self.cp_group).unbind(0)
         outs, start = [], 0
         for length in lengths:
             local, chunk = length // cp, length // (2 * cp)
-            # Rank j holds chunks j and 2cp-1-j of this sequence, in that order: restore the global order.
-            first = [all_keys[j, start : start + chunk] for j in range(cp)]
-            second = [all_keys[j, start + chunk : start + local] for j in reversed(range(cp))]
-            keys = torch.cat(first + second)
-            first = [all_values[j, start : start + chunk] for j in range(cp)]
-            second = [all_values[j, start + chunk : start + local] for j in reversed(range(cp))]
-            values = torch.cat(first + second)
+            keys = sequence_in_global_order(all_keys, start, local)
+            values = sequence_in_global_order(all_values, start, local)
             for offset, index in ((0, rank), (chunk, 2 * cp - 1 - rank)):
                 q = query[start + offset : start + offset + chunk]
                 end = (index + 1) * chunk

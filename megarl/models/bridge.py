@@ -9,14 +9,17 @@ turns on whenever TP > 1) and the fusions that need TE or CUDA are turned off on
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Iterator
 
 import torch
 from mbridge import AutoBridge
+from safetensors import safe_open
 from transformers import AutoConfig
 
-from megarl.models.spec import layer_spec, transformer_engine_available
+from megarl.models.accelerators import transformer_engine_available
+from megarl.models.spec import layer_spec
 
 # Without TE: no sequence parallel (its norms need TE) and none of the fusions that need TE or Apex.
 LOCAL_SPEC_ARGS = dict(
@@ -28,6 +31,23 @@ LOCAL_SPEC_ARGS = dict(
 )
 # megatron's own fused SwiGLU and bias-dropout-add kernels need only CUDA.
 CUDA_FUSIONS = dict(bias_activation_fusion=True, bias_dropout_fusion=True)
+
+
+def read_hf_tensors(path: str | Path, names: list[str] | None = None) -> dict[str, torch.Tensor]:
+    """Tensors of a HF safetensors checkpoint directory: all of them, or those of `names` it has."""
+    path = Path(path)
+    index = path / "model.safetensors.index.json"
+    if names is not None and index.is_file():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        files = sorted({path / weight_map[name] for name in names if name in weight_map})
+    else:
+        files = sorted(path.glob("*.safetensors"))
+    tensors = {}
+    for file in files:
+        with safe_open(str(file), framework="pt") as reader:
+            wanted = reader.keys() if names is None else [n for n in names if n in reader.keys()]
+            tensors.update({name: reader.get_tensor(name) for name in wanted})
+    return tensors
 
 
 def load_hf_config(path: str | Path):

@@ -47,8 +47,9 @@ def check_model(hf_dir: str, tp: int = 1, pp: int = 1, cp: int = 1, bf16: bool |
 
 
 def _compare_with_hf(hf_dir, sequences, logprobs, exported, bf16) -> dict:
-    from safetensors import safe_open
     from transformers import AutoModelForCausalLM
+
+    from megarl.models.bridge import read_hf_tensors
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if bf16 else torch.float32
@@ -60,10 +61,7 @@ def _compare_with_hf(hf_dir, sequences, logprobs, exported, bf16) -> dict:
             logits = hf(seq[None]).logits[0, :-1].float()
             ref = torch.log_softmax(logits, -1).gather(-1, seq[1:, None]).squeeze(-1)
             worst = max(worst, (lp.to(device) - ref).abs().max().item())
-    original = {}
-    for file in sorted(Path(hf_dir).glob("*.safetensors")):
-        with safe_open(str(file), framework="pt") as reader:
-            original.update({name: reader.get_tensor(name) for name in reader.keys()})
+    original = read_hf_tensors(hf_dir)
     exact = sorted(original) == sorted(exported) and all(
         torch.equal(original[name].to(exported[name].dtype), exported[name]) for name in original
     )

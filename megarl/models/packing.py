@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 from megatron.core.packed_seq_params import PackedSeqParams
 
-from megarl.models.spec import transformer_engine_available
+from megarl.models.accelerators import transformer_engine_available
 
 
 @dataclass
@@ -42,14 +42,22 @@ class PackedBatch:
         """Per-CP-rank [1, local tokens] tensors (index = CP rank) → [1, all tokens] in global order."""
         if self.cp_size == 1:
             return gathered[0]
+        per_rank = [g[0] for g in gathered]
         pieces, start = [], 0
         for padded in self.padded_lengths:
-            local, chunk = padded // self.cp_size, padded // (2 * self.cp_size)
-            first = [g[:, start : start + chunk] for g in gathered]
-            second = [g[:, start + chunk : start + local] for g in reversed(gathered)]
-            pieces.extend(first + second)
+            local = padded // self.cp_size
+            pieces.append(sequence_in_global_order(per_rank, start, local))
             start += local
-        return torch.cat(pieces, dim=1)
+        return torch.cat(pieces).unsqueeze(0)
+
+
+def sequence_in_global_order(per_rank, start: int, local: int) -> torch.Tensor:
+    """One sample's tokens reassembled from every CP rank's share (index = CP rank; each holds the sample at
+    [start, start + local) along dim 0): rank j holds chunks j and 2·cp−1−j, in that order."""
+    chunk = local // 2
+    first = [part[start : start + chunk] for part in per_rank]
+    second = [part[start + chunk : start + local] for part in reversed(per_rank)]
+    return torch.cat(first + second)
 
 
 def _local_chunks(tokens: torch.Tensor, cp_size: int, cp_rank: int) -> torch.Tensor:

@@ -8,20 +8,24 @@ full copy of the weights in GPU memory while generation and training run.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from mbridge.utils.post_creation_callbacks import make_value_model
 from megatron.core.distributed import finalize_model_grads
 from megatron.core.utils import get_model_config, unwrap_model
-from safetensors import safe_open
 
 from megarl.config.schema import MegatronConfig, OptimConfig
-from megarl.models.bridge import VALUE_HEAD_NAME, export_hf_weights, make_bridge, name_value_head_for_export
+from megarl.models.bridge import (
+    VALUE_HEAD_NAME,
+    export_hf_weights,
+    make_bridge,
+    name_value_head_for_export,
+    read_hf_tensors,
+)
 from megarl.models.forward import compute_logprobs, compute_values
 from megarl.models.training import build_optimizer, train_step
+
 
 @dataclass
 class RoleModel:
@@ -106,7 +110,7 @@ def build_critic(hf_path, megatron: MegatronConfig, optim: OptimConfig, total_st
     """A value model on the trunk of the checkpoint at `hf_path`: its `score.weight` when it has one (a
     critic checkpoint), else a head drawn from `seed` identically on every rank and parallel layout."""
     bridge, model = _build(hf_path, megatron, trainable=True, value_head=True, bf16=bf16)
-    head = _read_hf_tensor(hf_path, VALUE_HEAD_NAME)
+    head = read_hf_tensors(hf_path, [VALUE_HEAD_NAME]).get(VALUE_HEAD_NAME)
     for chunk in model:
         layer = getattr(unwrap_model(chunk), "output_layer", None)
         if layer is None or not getattr(unwrap_model(chunk), "post_process", False):
@@ -152,18 +156,3 @@ def _optimizer(model, optim: OptimConfig, megatron: MegatronConfig, total_steps:
         cpu_offload=megatron.optimizer_offload,
     )
 
-
-def _read_hf_tensor(path, name: str) -> torch.Tensor | None:
-    """One tensor of a HF safetensors checkpoint directory, or None when it has no such tensor."""
-    path = Path(path)
-    index = path / "model.safetensors.index.json"
-    if index.is_file():
-        shard = json.loads(index.read_text())["weight_map"].get(name)
-        files = [path / shard] if shard else []
-    else:
-        files = sorted(path.glob("*.safetensors"))
-    for file in files:
-        with safe_open(str(file), framework="pt") as reader:
-            if name in reader.keys():
-                return reader.get_tensor(name)
-    return None

@@ -3,18 +3,10 @@ with the core attention swapped for SDPAttention (a submodule swap, not a fork o
 
 from __future__ import annotations
 
-import functools
-import importlib.util
-
 from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec, get_gpt_layer_local_spec
 from megatron.core.transformer.spec_utils import ModuleSpec
 
 from megarl.models.attention import SDPAttention
-
-
-@functools.cache  # asked per packed micro-batch; the answer cannot change within a process
-def transformer_engine_available() -> bool:
-    return importlib.util.find_spec("transformer_engine") is not None
 
 
 def local_layer_spec(qk_layernorm: bool) -> ModuleSpec:
