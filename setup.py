@@ -10,7 +10,7 @@ install_requires = [
     "megatron-core==0.16.1",
     "mbridge==0.15.1",
     "einops",  # mbridge imports it without declaring it
-    "ray>=2.40",
+    "ray[default]>=2.40",  # [default]: the job server that `ray job submit` (launch/ray_submit.sh) talks to
     "omegaconf>=2.3",
     "datasets>=3.0",
     "pyarrow",

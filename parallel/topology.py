@@ -37,9 +37,19 @@ def init_distributed(timeout_s: float = 600.0) -> None:
 
 
 def init_model_parallel(tp: int = 1, pp: int = 1, cp: int = 1, seed: int = 1) -> None:
-    """Build megatron's mesh over the default group and seed its per-rank RNG streams."""
+    """Build megatron's mesh over the default group and seed its per-rank RNG streams. megatron keeps one mesh
+    per process, so roles colocated in a process share it: asking again for the same mesh is a no-op,
+    asking for another is an error."""
     if parallel_state.model_parallel_is_initialized():
-        parallel_state.destroy_model_parallel()
+        have = (parallel_state.get_tensor_model_parallel_world_size(),
+                parallel_state.get_pipeline_model_parallel_world_size(),
+                parallel_state.get_context_parallel_world_size())
+        if have != (tp, pp, cp):
+            raise ValueError(
+                f"this process already has a megatron mesh with TP={have[0]} PP={have[1]} CP={have[2]}; a role "
+                f"asking for TP={tp} PP={pp} CP={cp} must run in its own resource pool"
+            )
+        return
     parallel_state.initialize_model_parallel(
         tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp
     )

@@ -31,3 +31,8 @@ def test_image_pins_nothing_but_what_setup_py_pins():
                               if "==" in r and ";" not in r}}
     assert all(pins.get(name) == version for name, version in pinned.items()), pinned
     assert 'pip install ".[gpu]"' in DOCKERFILE and '".[accel]"' in DOCKERFILE
+
+
+def test_image_carries_the_package_recipes_and_launchers():
+    for path in ("megarl", "parallel", "recipes", "launch"):
+        assert f"COPY {path} ./{path}" in DOCKERFILE

@@ -103,6 +103,9 @@ class CriticConfig:
     ppo_epochs: int = II("actor.ppo_epochs")
     cliprange_value: float = 0.5
     loss_agg_mode: str = II("actor.loss_agg_mode")
+    enable_resource_pool: bool = False  # True: the critic gets its own GPUs (nnodes × n_gpus_per_node; Ray only)
+    nnodes: int = II("trainer.nnodes")
+    n_gpus_per_node: int = II("trainer.n_gpus_per_node")
 
 
 @dataclass(frozen=True)
@@ -170,6 +173,8 @@ class TrainerConfig:
     seed: int = 1
     nnodes: int = 1
     n_gpus_per_node: int = 1
+    launcher: str = "auto"  # auto (torchrun when started by torchrun, else Ray) | ray | torchrun
+    collective_timeout_s: int = 600  # a collective waiting longer than this fails the run (a dead rank)
 
 
 @dataclass(frozen=True)
@@ -186,7 +191,14 @@ class MegaRLConfig:
 
     @property
     def world_size(self) -> int:
+        """GPUs of the main pool: actor, rollout and reference (and a colocated critic)."""
         return self.trainer.nnodes * self.trainer.n_gpus_per_node
+
+    @property
+    def critic_world_size(self) -> int:
+        if self.critic.enable_resource_pool:
+            return self.critic.nnodes * self.critic.n_gpus_per_node
+        return self.world_size
 
     @property
     def use_critic(self) -> bool:
@@ -196,5 +208,8 @@ class MegaRLConfig:
     def use_reference(self) -> bool:
         return self.algorithm.use_kl_in_reward or self.actor.use_kl_loss
 
-    def dp_size(self, megatron: MegatronConfig) -> int:
-        return self.world_size // megatron.model_parallel_size
+    def dp_size(self, role: str) -> int:
+        """Data-parallel size of the actor or the critic."""
+        if role == "critic":
+            return self.critic_world_size // self.critic.megatron.model_parallel_size
+        return self.world_size // self.actor.megatron.model_parallel_size

@@ -10,6 +10,7 @@ from megarl.config.loader import ConfigError
 from megarl.config.schema import MegaRLConfig, MegatronConfig
 from megarl.registry import did_you_mean
 from megarl.rewards.function import RewardFunctionSpecError, check_reward_function_spec
+from parallel.controller import LAUNCHERS
 
 TRUNCATION_MODES = ("error", "left", "right", "middle")
 ROLLOUT_BACKENDS = ("sglang", "transformers")
@@ -63,6 +64,7 @@ def _check_choices(cfg: MegaRLConfig, problems: list[str]) -> None:
             problems.append(f"{role}.optim.betas={section.optim.betas} must be two numbers, e.g. [0.9, 0.999]")
     for logger in cfg.trainer.logger:
         _choice(problems, "trainer.logger", logger, LOGGERS)
+    _choice(problems, "trainer.launcher", cfg.trainer.launcher, LAUNCHERS)
     if cfg.trainer.resume_mode == "resume_path" and not cfg.trainer.resume_from_path:
         problems.append("trainer.resume_mode=resume_path needs trainer.resume_from_path=<checkpoint dir>")
     if cfg.reward.function is not None:
@@ -89,7 +91,11 @@ def _check_sizes(cfg: MegaRLConfig, problems: list[str]) -> None:
         "trainer.total_epochs": cfg.trainer.total_epochs,
         "trainer.nnodes": cfg.trainer.nnodes,
         "trainer.n_gpus_per_node": cfg.trainer.n_gpus_per_node,
+        "trainer.collective_timeout_s": cfg.trainer.collective_timeout_s,
     }
+    if cfg.use_critic and cfg.critic.enable_resource_pool:
+        positive["critic.nnodes"] = cfg.critic.nnodes
+        positive["critic.n_gpus_per_node"] = cfg.critic.n_gpus_per_node
     if cfg.use_critic:
         for name in ("ppo_mini_batch_size", "ppo_micro_batch_size_per_gpu", "forward_micro_batch_size_per_gpu",
                      "ppo_max_token_len_per_gpu", "forward_max_token_len_per_gpu", "ppo_epochs"):
@@ -119,7 +125,8 @@ def _divisors(n: int) -> str:
 
 
 def _check_batches(cfg: MegaRLConfig, problems: list[str]) -> None:
-    if min(cfg.data.train_batch_size, cfg.actor.ppo_mini_batch_size, cfg.rollout.n, cfg.world_size) < 1:
+    if min(cfg.data.train_batch_size, cfg.actor.ppo_mini_batch_size, cfg.rollout.n, cfg.world_size,
+           cfg.critic_world_size) < 1:
         return  # already reported by _check_sizes
     roles = [("actor", cfg.actor)]
     if cfg.use_critic and _batching(cfg.critic) != _batching(cfg.actor):
@@ -134,7 +141,7 @@ def _check_batches(cfg: MegaRLConfig, problems: list[str]) -> None:
                 f"{cfg.data.train_batch_size}: use one of {_divisors(cfg.data.train_batch_size)}"
             )
             continue
-        dp = cfg.dp_size(section.megatron)
+        dp = cfg.dp_size(role)
         samples = mini * cfg.rollout.n
         if dp < 1 or samples % dp:
             if dp >= 1:
@@ -162,15 +169,31 @@ def _batching(section) -> tuple:
 
 
 def _check_meshes(cfg: MegaRLConfig, problems: list[str]) -> None:
-    world = cfg.world_size
-    roles = [("actor", cfg.actor.megatron)] + ([("critic", cfg.critic.megatron)] if cfg.use_critic else [])
-    for role, megatron in roles:
+    roles = [("actor", cfg.actor.megatron, cfg.world_size, "trainer")]
+    if cfg.use_critic:
+        pool = "critic" if cfg.critic.enable_resource_pool else "trainer"
+        roles.append(("critic", cfg.critic.megatron, cfg.critic_world_size, pool))
+    for role, megatron, world, pool in roles:
         mp = megatron.model_parallel_size
         if mp >= 1 and world % mp:
             problems.append(
                 f"{role}.megatron: tensor × pipeline × context parallel = {mp} does not divide the "
-                f"{world} GPUs (trainer.nnodes × trainer.n_gpus_per_node)"
+                f"{world} GPUs ({pool}.nnodes × {pool}.n_gpus_per_node)"
             )
+    if cfg.use_critic and not cfg.critic.enable_resource_pool:
+        mesh = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
+        differ = [n for n in mesh if getattr(cfg.critic.megatron, n) != getattr(cfg.actor.megatron, n)]
+        if differ:
+            problems.append(
+                "a critic colocated with the actor shares its processes and so its megatron mesh: set "
+                + ", ".join(f"critic.megatron.{n}={getattr(cfg.actor.megatron, n)}" for n in differ)
+                + ", or give the critic its own GPUs with critic.enable_resource_pool=true (Ray launcher)"
+            )
+    if cfg.use_critic and cfg.critic.enable_resource_pool and cfg.trainer.launcher == "torchrun":
+        problems.append(
+            "critic.enable_resource_pool=true needs trainer.launcher=ray (under torchrun every role shares the "
+            "job's processes)"
+        )
     rollout_tp = cfg.rollout.tensor_model_parallel_size
     if rollout_tp >= 1 and cfg.trainer.n_gpus_per_node % rollout_tp:
         problems.append(

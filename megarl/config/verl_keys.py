@@ -31,6 +31,7 @@ VERL_RENAMES = {
     "reward_model.reward_kwargs": "reward.kwargs",
     "trainer.default_local_dir": "trainer.output_dir",
     "data.seed": "trainer.seed",
+    "actor_rollout_ref.nccl_timeout": "trainer.collective_timeout_s",
     "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": "actor.optim.lr_warmup_steps",
     "critic.optim.lr_warmup_steps_ratio": "critic.optim.lr_warmup_steps",
 }

@@ -36,10 +36,28 @@ def test_samples_must_split_over_data_parallel_ranks():
 
 
 def test_model_parallel_must_divide_world_and_rollout_tp_a_node():
-    msg = one_problem("trainer.n_gpus_per_node=4", "actor.megatron.tensor_model_parallel_size=3")
-    assert "= 3 does not divide the 4 GPUs" in msg
+    grpo = ["algorithm.adv_estimator=grpo", "rollout.n=2"]
+    msg = one_problem(*grpo, "trainer.n_gpus_per_node=4", "actor.megatron.tensor_model_parallel_size=3")
+    assert "= 3 does not divide the 4 GPUs (trainer.nnodes × trainer.n_gpus_per_node)" in msg
     msg = one_problem("trainer.n_gpus_per_node=4", "rollout.tensor_model_parallel_size=3")
     assert "rollout.tensor_model_parallel_size=3 must divide trainer.n_gpus_per_node=4" in msg
+
+
+def test_colocated_critic_shares_the_actors_mesh():
+    msg = one_problem("trainer.n_gpus_per_node=2", "actor.megatron.tensor_model_parallel_size=2")
+    assert "critic.megatron.tensor_model_parallel_size=2" in msg and "critic.enable_resource_pool=true" in msg
+
+
+def test_critic_in_its_own_pool():
+    own_pool = ["critic.enable_resource_pool=true", "critic.n_gpus_per_node=2",
+                "critic.megatron.tensor_model_parallel_size=2", "trainer.n_gpus_per_node=2"]
+    cfg = load_config(overrides=own_pool)
+    assert (cfg.world_size, cfg.critic_world_size, cfg.dp_size("actor"), cfg.dp_size("critic")) == (2, 2, 2, 1)
+    msg = one_problem(*own_pool[:2], "critic.megatron.tensor_model_parallel_size=3")
+    assert "= 3 does not divide the 2 GPUs (critic.nnodes × critic.n_gpus_per_node)" in msg
+    msg = one_problem(*own_pool, "trainer.launcher=torchrun")
+    assert "needs trainer.launcher=ray" in msg
+    assert "trainer.launcher='slurm' is not one of: auto, ray, torchrun" in one_problem("trainer.launcher=slurm")
 
 
 def test_critic_is_checked_only_when_used_and_when_it_differs():
@@ -97,7 +115,8 @@ def model_dir(tmp_path):
 
 
 def test_parallel_sizes_must_fit_the_model(model_dir):
-    world = ["trainer.n_gpus_per_node=8", "data.train_batch_size=64", f"model.path={model_dir}"]
+    world = ["trainer.n_gpus_per_node=8", "data.train_batch_size=64", f"model.path={model_dir}",
+             "algorithm.adv_estimator=grpo", "rollout.n=2"]
     msg = one_problem(*world, "actor.megatron.tensor_model_parallel_size=4")
     assert "must divide the model's 14 attention heads and 2 key/value heads" in msg and "use one of 1, 2" in msg
     msg = one_problem(*world, "actor.megatron.pipeline_model_parallel_size=8")
@@ -113,7 +132,8 @@ def test_critic_model_is_checked_when_it_differs(model_dir, tmp_path_factory):
     other = tmp_path_factory.mktemp("critic")
     (other / "config.json").write_text(json.dumps({"num_attention_heads": 6, "num_hidden_layers": 4}))
     msg = one_problem("trainer.n_gpus_per_node=4", "data.train_batch_size=64", f"model.path={model_dir}",
-                      f"critic.model.path={other}", "critic.megatron.tensor_model_parallel_size=4")
+                      f"critic.model.path={other}", "critic.megatron.tensor_model_parallel_size=4",
+                      "critic.enable_resource_pool=true")
     assert msg.startswith("critic.megatron.tensor_model_parallel_size=4 must divide the model's 6 attention heads")
 
 

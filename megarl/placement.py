@@ -1,0 +1,32 @@
+"""Which GPUs each role runs on, from the recipe: the actor, its rollout engine and the reference share the
+main pool (`trainer.nnodes` × `trainer.n_gpus_per_node`, one process per GPU hosting all three); the critic
+shares those processes too, or gets its own pool with `critic.enable_resource_pool`."""
+
+from __future__ import annotations
+
+from megarl.config.schema import MegaRLConfig
+from parallel.controller import Cluster, PoolSpec, start_cluster
+
+MAIN_POOL = "main"
+CRITIC_POOL = "critic"
+
+
+def resource_pools(cfg: MegaRLConfig) -> list[PoolSpec]:
+    pools = [PoolSpec(MAIN_POOL, (cfg.trainer.n_gpus_per_node,) * cfg.trainer.nnodes)]
+    if cfg.use_critic and cfg.critic.enable_resource_pool:
+        pools.append(PoolSpec(CRITIC_POOL, (cfg.critic.n_gpus_per_node,) * cfg.critic.nnodes))
+    return pools
+
+
+def role_pools(cfg: MegaRLConfig) -> dict[str, str]:
+    """Role name → pool name, for the roles this recipe runs."""
+    roles = {"actor": MAIN_POOL, "rollout": MAIN_POOL}
+    if cfg.use_reference:
+        roles["reference"] = MAIN_POOL
+    if cfg.use_critic:
+        roles["critic"] = CRITIC_POOL if cfg.critic.enable_resource_pool else MAIN_POOL
+    return roles
+
+
+def start_workers(cfg: MegaRLConfig) -> Cluster:
+    return start_cluster(resource_pools(cfg), cfg.trainer.launcher, cfg.trainer.collective_timeout_s)

@@ -1,0 +1,160 @@
+"""The driver's view of the workers, the same under Ray and under torchrun.
+
+A `Cluster` holds one `WorkerGroup` per resource pool (a set of GPUs: one process per GPU). `group.spawn(
+"actor", ActorWorker, ...)` places a role on every process of the group and returns a `RoleHandle`; calling a
+worker method on the handle dispatches its arguments, runs it on every rank and collects the results as the
+method declares (parallel/dispatch.py). The RL loop sees only handles, so it cannot tell the backends apart:
+
+- Ray (`parallel/ray_backend.py`): a single driver process; worker processes are Ray actors placed by
+  placement groups.
+- torchrun (`parallel/spmd_backend.py`): every torchrun process runs the driver code and hosts its rank's
+  roles in-process; results are exchanged over a gloo group so that every rank's driver sees the same values.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from parallel.dispatch import RankLayout, check_layouts, collect_results, dispatch_inputs, method_spec, wanted_ranks
+
+LAUNCHERS = ("auto", "ray", "torchrun")
+
+
+class WorkerError(RuntimeError):
+    """A worker method raised (or its process died); carries the role, rank and the remote traceback."""
+
+    def __init__(self, role: str, method: str, rank: int, where: str, remote_traceback: str):
+        self.role, self.method, self.rank, self.where, self.remote_traceback = role, method, rank, where, remote_traceback
+        super().__init__(f"{role}.{method} failed on rank {rank} ({where}):\n{remote_traceback.rstrip()}")
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """GPUs per node, one entry per node."""
+
+    name: str
+    gpus_per_node: tuple[int, ...]
+
+    @property
+    def world_size(self) -> int:
+        return sum(self.gpus_per_node)
+
+
+class WorkerGroup(ABC):
+    """The processes of one pool; subclasses say how a call reaches them."""
+
+    pool: PoolSpec
+
+    @property
+    def world_size(self) -> int:
+        return self.pool.world_size
+
+    @abstractmethod
+    def run(self, what: str, per_rank: Sequence[tuple], wanted: Sequence[bool], label: tuple[str, str]) -> list:
+        """Call host method `what` on every rank r with `*per_rank[r]`; return the results of the wanted ranks
+        (None for the others) or raise `WorkerError` for the first rank that failed (label = role, method)."""
+
+    @abstractmethod
+    def shutdown(self) -> None: ...
+
+    def spawn(self, role: str, cls: type, *args, **kwargs) -> RoleHandle:
+        """Build `cls(*args, **kwargs)` on every process of the group under the name `role`."""
+        self.run("add_role", [(role, cls, args, kwargs)] * self.world_size, [False] * self.world_size,
+                 (role, "__init__"))
+        layouts = self.run("layout", [(role,)] * self.world_size, [True] * self.world_size, (role, "layout"))
+        check_layouts(layouts)
+        return RoleHandle(self, role, cls, layouts)
+
+
+class RoleHandle:
+    """A role placed on a worker group: `handle.method(...)` runs the worker method on every rank."""
+
+    def __init__(self, group: WorkerGroup, role: str, cls: type, layouts: list[RankLayout]):
+        self.group, self.role, self.cls, self.layouts = group, role, cls, layouts
+
+    @property
+    def dp_size(self) -> int:
+        return self.layouts[0].dp_size
+
+    def __getattr__(self, method: str):
+        if method.startswith("_"):
+            raise AttributeError(method)
+        spec = method_spec(self.cls, method)
+
+        def call(*args, **kwargs) -> Any:
+            inputs = dispatch_inputs(spec, self.layouts, args, kwargs)
+            per_rank = [(self.role, method, a, k) for a, k in inputs]
+            results = self.group.run("call", per_rank, wanted_ranks(spec, self.layouts), (self.role, method))
+            return collect_results(spec, self.layouts, results)
+
+        call.__name__ = method
+        return call
+
+
+def raise_if_failed(outcome: tuple[str, Any], label: tuple[str, str], rank: int, where: str) -> Any:
+    """The value of a host's ("ok", value), or `WorkerError` for ("error", traceback)."""
+    status, value = outcome
+    if status == "error":
+        raise WorkerError(label[0], label[1], rank, where, value)
+    return value
+
+
+class Cluster:
+    def __init__(self, groups: dict[str, WorkerGroup], launcher: str):
+        self.groups, self.launcher = groups, launcher
+
+    def __getitem__(self, pool: str) -> WorkerGroup:
+        return self.groups[pool]
+
+    def shutdown(self) -> None:
+        for group in self.groups.values():
+            group.shutdown()
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+
+def under_torchrun() -> bool:
+    return "TORCHELASTIC_RUN_ID" in os.environ
+
+
+def resolve_launcher(launcher: str) -> str:
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"unknown launcher {launcher!r}: use one of {LAUNCHERS}")
+    if launcher == "auto":
+        return "torchrun" if under_torchrun() else "ray"
+    return launcher
+
+
+def start_cluster(pools: Sequence[PoolSpec], launcher: str = "auto", timeout_s: float = 600.0) -> Cluster:
+    """Start one worker group per pool. Under torchrun there is one pool: this job's processes."""
+    launcher = resolve_launcher(launcher)
+    if launcher == "torchrun":
+        from parallel.spmd_backend import SpmdWorkerGroup
+
+        if len(pools) != 1:
+            raise ValueError(
+                "under torchrun every role shares the job's processes: separate resource pools "
+                f"({', '.join(p.name for p in pools)}) need the Ray launcher"
+            )
+        return Cluster({pools[0].name: SpmdWorkerGroup(pools[0], timeout_s)}, launcher)
+    try:
+        from parallel.ray_backend import RayWorkerGroup
+    except ImportError as e:
+        raise RuntimeError(
+            f"the Ray launcher needs Ray ({e}): `pip install ray`, or launch with torchrun (launch/torchrun.sh)"
+        ) from e
+    groups: dict[str, WorkerGroup] = {}
+    try:
+        for pool in pools:
+            groups[pool.name] = RayWorkerGroup(pool, timeout_s)
+    except BaseException:
+        Cluster(groups, launcher).shutdown()
+        raise
+    return Cluster(groups, launcher)

@@ -1,0 +1,139 @@
+"""The Ray backend: one Ray actor (a `WorkerHost`) per GPU, placed by one STRICT_PACK placement group per node
+of the pool (one bundle per GPU), driven from a single controller process.
+
+Each process sees all of the pool's GPUs on its node (Ray would show it only its own) and selects the one Ray
+assigned to it, so that a rollout engine started by a group's first rank can use its neighbours' GPUs by index
+(SGLang's `base_gpu_id`), as under torchrun.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayError
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from parallel.controller import PoolSpec, WorkerError, WorkerGroup
+from parallel.worker import WorkerHost
+
+PLACEMENT_TIMEOUT_S = float(os.environ.get("MEGARL_PLACEMENT_TIMEOUT_S", "300"))
+
+
+def ensure_ray() -> None:
+    """Connect to the cluster in RAY_ADDRESS (set by `ray job submit`) or one started on this node by `ray start`;
+    otherwise start a local one."""
+    if not ray.is_initialized():
+        ray.init(log_to_driver=True)
+
+
+def rank_envs(infos: list[dict], use_gpu: bool) -> list[dict[str, str]]:
+    """torchrun's variables for each rank from where Ray placed it (`WorkerHost.placement`): RANK, LOCAL_RANK,
+    MASTER_ADDR/PORT at rank 0; with GPUs, each process sees every GPU the pool holds on its node
+    (CUDA_VISIBLE_DEVICES, in Ray's GPU-id order) and LOCAL_RANK is its own GPU's index among them."""
+    node_gpus: dict[str, list[str]] = {}
+    node_ranks: dict[str, int] = {}
+    for info in infos:
+        node_gpus.setdefault(info["node_ip"], []).extend(info["gpu_ids"])
+        node_ranks[info["node_ip"]] = node_ranks.get(info["node_ip"], 0) + 1
+    for gpus in node_gpus.values():
+        gpus.sort(key=lambda g: (len(g), g))  # numeric order for plain ids
+    envs, seen = [], {}
+    for rank, info in enumerate(infos):
+        node = info["node_ip"]
+        env = {
+            "RANK": str(rank), "WORLD_SIZE": str(len(infos)), "LOCAL_RANK": str(seen.get(node, 0)),
+            "LOCAL_WORLD_SIZE": str(node_ranks[node]),
+            "MASTER_ADDR": infos[0]["node_ip"], "MASTER_PORT": str(infos[0]["free_port"]),
+        }
+        seen[node] = seen.get(node, 0) + 1
+        if use_gpu:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(node_gpus[node])
+            env["LOCAL_RANK"] = str(node_gpus[node].index(info["gpu_ids"][0]))
+        envs.append(env)
+    return envs
+
+
+class RayWorkerGroup(WorkerGroup):
+    def __init__(self, pool: PoolSpec, timeout_s: float):
+        ensure_ray()
+        self.pool = pool
+        self.use_gpu = ray.cluster_resources().get("GPU", 0) > 0
+        self.placement_groups = self._reserve()
+        self.actors = self._start_hosts()
+        self.where = [f"rank {rank} of pool {pool.name!r}" for rank in range(pool.world_size)]
+        infos = self.run("placement", [()] * pool.world_size, [True] * pool.world_size, ("host", "placement"))
+        self.where = [f"node {info['node_ip']} pid {info['pid']}" for info in infos]
+        envs = rank_envs(infos, self.use_gpu)
+        self.run("join", [(env, timeout_s) for env in envs], [False] * len(envs), ("host", "join"))
+
+    def _reserve(self) -> list:
+        bundle = {"GPU": 1, "CPU": 1} if self.use_gpu else {"CPU": 1}
+        groups = [placement_group([bundle] * n, strategy="STRICT_PACK", name=f"megarl_{self.pool.name}_{node}")
+                  for node, n in enumerate(self.pool.gpus_per_node)]
+        try:
+            ray.get([g.ready() for g in groups], timeout=PLACEMENT_TIMEOUT_S)
+        except GetTimeoutError:
+            for g in groups:
+                remove_placement_group(g)
+            kind = "GPU" if self.use_gpu else "CPU"
+            raise RuntimeError(
+                f"Ray could not place pool {self.pool.name!r} ({list(self.pool.gpus_per_node)} {kind}s per node) "
+                f"within {PLACEMENT_TIMEOUT_S:.0f} s; the cluster has {ray.cluster_resources()}. Lower "
+                "trainer.nnodes / trainer.n_gpus_per_node or add nodes (MEGARL_PLACEMENT_TIMEOUT_S sets the wait)"
+            ) from None
+        return groups
+
+    def _start_hosts(self) -> list:
+        host = ray.remote(WorkerHost)
+        actors = []
+        for group, n in zip(self.placement_groups, self.pool.gpus_per_node):
+            for bundle in range(n):
+                options = {
+                    "num_cpus": 1,
+                    "num_gpus": 1 if self.use_gpu else 0,
+                    "scheduling_strategy": PlacementGroupSchedulingStrategy(group, bundle),
+                }
+                actors.append(host.options(**options).remote(len(actors), self.pool.world_size))
+        return actors
+
+    def run(self, what: str, per_rank: Sequence[tuple], wanted: Sequence[bool], label: tuple[str, str]) -> list:
+        shared: dict[int, Any] = {}
+
+        def sent_once(value):
+            # A data-parallel part goes to every rank of its model-parallel group: put it in the object store once.
+            if isinstance(value, (str, int, float, bool, type(None))):
+                return value
+            if id(value) not in shared:
+                shared[id(value)] = ray.put(value)
+            return shared[id(value)]
+
+        pending = {
+            actor.run.remote(what, keep, *(sent_once(a) for a in args)): rank
+            for rank, (actor, args, keep) in enumerate(zip(self.actors, per_rank, wanted))
+        }
+        results: list = [None] * len(self.actors)
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            rank = pending.pop(done[0])
+            try:
+                outcome = ray.get(done[0])
+            except RayActorError as e:
+                outcome = ("error", f"the worker process died: {e}")
+            except RayError as e:
+                outcome = ("error", str(e))
+            if outcome[0] == "error":
+                # The other ranks may wait in a collective for the failed one: stop them all now.
+                self.shutdown()
+                raise WorkerError(label[0], label[1], rank, self.where[rank], outcome[1])
+            results[rank] = outcome[1]
+        return results
+
+    def shutdown(self) -> None:
+        for actor in getattr(self, "actors", []):
+            ray.kill(actor, no_restart=True)
+        for group in getattr(self, "placement_groups", []):
+            remove_placement_group(group)
+        self.actors, self.placement_groups = [], []

@@ -1,0 +1,49 @@
+"""The torchrun backend: every process runs the driver code (SPMD) and hosts its own rank's roles.
+
+A call runs the local rank's part, then the wanted results are all-gathered over a gloo group, so every
+rank's driver holds the same collected value and takes the same next step. Ray is never imported.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from typing import Sequence
+
+import torch.distributed as dist
+
+from parallel.controller import PoolSpec, WorkerGroup, raise_if_failed
+from parallel.worker import WorkerHost
+
+
+class SpmdWorkerGroup(WorkerGroup):
+    def __init__(self, pool: PoolSpec, timeout_s: float):
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world != pool.world_size:
+            raise ValueError(
+                f"torchrun started {world} processes but pool {pool.name!r} has {pool.world_size} GPUs "
+                "(trainer.nnodes × trainer.n_gpus_per_node): make them equal"
+            )
+        self.pool = pool
+        self.host = WorkerHost(int(os.environ.get("RANK", "0")), world)
+        raise_if_failed(self.host.run("join", False, {}, timeout_s), ("host", "join"), self.host.rank, self._where())
+        self.rank = dist.get_rank()
+        self.control = (
+            dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s)) if world > 1 else None
+        )
+
+    def _where(self) -> str:
+        return f"{socket.gethostname()} pid {os.getpid()}"
+
+    def run(self, what: str, per_rank: Sequence[tuple], wanted: Sequence[bool], label: tuple[str, str]) -> list:
+        mine = raise_if_failed(self.host.run(what, wanted[self.rank], *per_rank[self.rank]), label, self.rank,
+                               self._where())
+        if self.control is None:
+            return [mine]
+        gathered = [None] * self.world_size
+        dist.all_gather_object(gathered, mine, group=self.control)
+        return gathered
+
+    def shutdown(self) -> None:
+        self.host.shutdown()

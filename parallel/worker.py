@@ -1,0 +1,106 @@
+"""What runs in each worker process: a `WorkerHost` joins the group's process group and hosts the roles placed
+on this process (actor, rollout, reference, critic: several roles share one process and one GPU); `Worker` is
+the base of role classes.
+
+The host is the same object under both backends: a Ray actor, or a plain object in each torchrun process.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import traceback
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from parallel import topology
+from parallel.batch import Batch
+from parallel.dispatch import RankLayout
+
+
+class Worker:
+    """Base of role classes. The host has joined the default process group before a role is built."""
+
+    def layout(self) -> RankLayout:
+        """This rank's data-parallel place: megatron's mesh once the role has built one, else every rank is
+        its own data-parallel rank."""
+        from megatron.core import parallel_state as ps
+
+        if not ps.model_parallel_is_initialized():
+            return RankLayout(dist.get_rank(), dist.get_world_size(), True)
+        leader = (ps.get_tensor_model_parallel_rank() == 0 and ps.get_context_parallel_rank() == 0
+                  and ps.is_pipeline_last_stage(ignore_virtual=True))
+        return RankLayout(ps.get_data_parallel_rank(), ps.get_data_parallel_world_size(), leader)
+
+
+def to_cpu(value: Any) -> Any:
+    """Results leave a worker in host memory: the driver may have no GPU, and another rank's device index
+    means nothing here."""
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, Batch):
+        return value.to("cpu")
+    if isinstance(value, dict):
+        return {k: to_cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_cpu(v) for v in value)
+    return value
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+class WorkerHost:
+    def __init__(self, rank: int, world_size: int):
+        self.rank, self.world_size = rank, world_size
+        self.roles: dict[str, Worker] = {}
+
+    def placement(self) -> dict:
+        """Where this process runs: node address, a free port there, the GPUs Ray assigned to it."""
+        import ray
+
+        return {
+            "node_ip": ray.util.get_node_ip_address(),
+            "free_port": _free_port(),
+            "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+            "pid": os.getpid(),
+        }
+
+    def join(self, env: dict[str, str], timeout_s: float) -> None:
+        """Join the group's default process group; `env` holds torchrun's variables for this rank (and the
+        visible devices: CUDA must not have been initialised in this process before)."""
+        os.environ.update(env)
+        topology.init_distributed(timeout_s)
+
+    def device(self) -> str:
+        return f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
+
+    def add_role(self, name: str, cls: type, args: tuple, kwargs: dict) -> None:
+        if not (isinstance(cls, type) and issubclass(cls, Worker)):
+            raise TypeError(f"{cls!r} is not a subclass of parallel.worker.Worker")
+        self.roles[name] = cls(*args, **kwargs)
+
+    def layout(self, name: str) -> RankLayout:
+        return self.roles[name].layout()
+
+    def call(self, name: str, method: str, args: tuple, kwargs: dict) -> Any:
+        return to_cpu(getattr(self.roles[name], method)(*args, **kwargs))
+
+    def run(self, what: str, keep: bool, *args) -> tuple[str, Any]:
+        """The one entry point of both backends: host method `what`, returning ("ok", result) or ("error",
+        traceback). Failures come back as data so that both backends report them the same way; a result
+        the driver does not need (`keep` false) is not sent back."""
+        try:
+            result = getattr(self, what)(*args)
+        except Exception:
+            return "error", traceback.format_exc()
+        return "ok", result if keep else None
+
+    def shutdown(self) -> None:
+        self.roles.clear()
+        topology.destroy()

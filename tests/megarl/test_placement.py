@@ -1,0 +1,21 @@
+from megarl.config import load_config
+from megarl.placement import resource_pools, role_pools
+from parallel.controller import PoolSpec
+
+
+def test_everything_colocated_by_default():
+    cfg = load_config(overrides=["trainer.nnodes=2", "trainer.n_gpus_per_node=4", "actor.use_kl_loss=true"])
+    assert resource_pools(cfg) == [PoolSpec("main", (4, 4))]
+    assert role_pools(cfg) == {"actor": "main", "rollout": "main", "reference": "main", "critic": "main"}
+
+
+def test_grpo_without_kl_runs_no_critic_and_no_reference():
+    cfg = load_config(overrides=["algorithm.adv_estimator=grpo", "rollout.n=4"])
+    assert role_pools(cfg) == {"actor": "main", "rollout": "main"}
+
+
+def test_critic_in_its_own_pool():
+    cfg = load_config(overrides=["trainer.n_gpus_per_node=4", "critic.enable_resource_pool=true",
+                                 "critic.nnodes=2", "critic.n_gpus_per_node=2"])
+    assert resource_pools(cfg) == [PoolSpec("main", (4,)), PoolSpec("critic", (2, 2))]
+    assert role_pools(cfg)["critic"] == "critic" and resource_pools(cfg)[1].world_size == 4

@@ -1,0 +1,102 @@
+"""The controller end to end on CPU: the same driver program (tests/parallel/step_job.py) runs a megatron TP=2
+step through a 2-worker Ray pool and under `torchrun --nproc-per-node 2` (without Ray importable) and gets
+identical numbers; failures reach the driver with role, rank and traceback in seconds."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from parallel.controller import PoolSpec, start_cluster
+from parallel.ray_backend import rank_envs
+from tests.helpers import REPO_ROOT
+from tests.megarl.models.test_layouts import make_model
+
+ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_model("qwen2", tmp_path_factory.mktemp("controller") / "model")
+
+
+def run_job(model_dir, out, launcher, *extra, timeout=240):
+    prefix = [sys.executable, "-m"]
+    if launcher == "torchrun":
+        prefix += ["torch.distributed.run", "--nproc-per-node", "2", "-m"]
+    cmd = [*prefix, "tests.parallel.step_job", str(model_dir), str(out), *extra]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
+    return proc, time.monotonic() - start
+
+
+def test_ray_pool_and_torchrun_compute_the_same_step(model_dir, tmp_path):
+    results = {}
+    for launcher, extra in (("ray", ()), ("torchrun", ("--without-ray",))):
+        proc, _ = run_job(model_dir, tmp_path / f"{launcher}.json", launcher, *extra)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-5000:]
+        results[launcher] = json.loads((tmp_path / f"{launcher}.json").read_text())
+    ray, torchrun = results["ray"], results["torchrun"]
+    assert (ray["launcher"], torchrun["launcher"]) == ("ray", "torchrun")
+    assert not torchrun["ray_imported"]
+    for key in ("logprobs_before", "logprobs_after", "grad_norm", "loss"):
+        assert ray[key] == torchrun[key], key
+    assert ray["logprobs_after"] != ray["logprobs_before"] and ray["grad_norm"] > 0
+    assert ray["all_reduce"] == torchrun["all_reduce"] == 3.0
+    for workers in (ray["workers"], torchrun["workers"]):
+        assert [w["rank"] for w in workers] == [0, 1] and {w["world_size"] for w in workers} == {2}
+        assert [w["local_rank"] for w in workers] == ["0", "1"] and len({w["master"] for w in workers}) == 1
+
+
+@pytest.mark.parametrize("how, message", [("raise", "RuntimeError: deliberate failure on rank 1"),
+                                          ("exit", "the worker process died")])
+def test_ray_worker_failure_stops_the_run_with_its_traceback(model_dir, tmp_path, how, message):
+    proc, _ = run_job(model_dir, tmp_path / "fail.json", "ray", "--fail-rank", "1", "--fail-how", how)
+    result = json.loads((tmp_path / "fail.json").read_text())
+    assert proc.returncode == 1
+    assert (result["role"], result["rank"]) == ("actor", 1)
+    assert result["error"].startswith("actor.fail_on failed on rank 1 (node ")
+    assert message in result["error"]
+    if how == "raise":
+        assert 'step_worker.py", line' in result["error"] and "in fail_on" in result["error"]
+    assert result["seconds"] < 10  # rank 0 is still blocked in a collective with a 120 s timeout
+
+
+def test_torchrun_worker_failure_stops_the_job_with_its_traceback(model_dir, tmp_path):
+    proc, seconds = run_job(model_dir, tmp_path / "fail.json", "torchrun", "--fail-rank", "1")
+    assert proc.returncode != 0
+    assert "actor.fail_on failed on rank 1" in proc.stderr
+    assert "RuntimeError: deliberate failure on rank 1" in proc.stderr
+    assert seconds < 60  # well before rank 0's collective timeout (120 s) could end it
+
+
+def test_collectives_time_out_instead_of_hanging(tmp_path):
+    out = tmp_path / "timeout.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           str(REPO_ROOT / "tests/parallel/timeout_worker.py"), str(out)]
+    subprocess.run(cmd, cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+    result = json.loads(out.read_text())
+    assert "Timed out" in result["outcome"] and 2.5 < result["seconds"] < 10
+
+
+def test_ray_ranks_see_their_pools_gpus_and_select_their_own():
+    infos = [{"node_ip": "10.0.0.1", "free_port": 4000, "gpu_ids": [g]} for g in ("3", "10", "2")]
+    infos += [{"node_ip": "10.0.0.2", "free_port": 5000, "gpu_ids": [g]} for g in ("6", "4")]
+    envs = rank_envs(infos, use_gpu=True)
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["2,3,10"] * 3 + ["4,6"] * 2
+    assert [e["LOCAL_RANK"] for e in envs] == ["1", "2", "0", "1", "0"]
+    assert {e["MASTER_ADDR"] + ":" + e["MASTER_PORT"] for e in envs} == {"10.0.0.1:4000"}
+    assert [e["RANK"] for e in envs] == ["0", "1", "2", "3", "4"]
+    assert [e["LOCAL_WORLD_SIZE"] for e in envs] == ["3", "3", "3", "2", "2"]
+    cpu = rank_envs(infos, use_gpu=False)
+    assert [e["LOCAL_RANK"] for e in cpu] == ["0", "1", "2", "0", "1"] and "CUDA_VISIBLE_DEVICES" not in cpu[0]
+
+
+def test_torchrun_has_one_pool_of_its_own_size():
+    with pytest.raises(ValueError, match="separate resource pools .* need the Ray launcher"):
+        start_cluster([PoolSpec("main", (1,)), PoolSpec("critic", (1,))], "torchrun")
+    with pytest.raises(ValueError, match="torchrun started 1 processes but pool 'main' has 2 GPUs"):
+        start_cluster([PoolSpec("main", (2,))], "torchrun")
