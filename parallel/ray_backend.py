@@ -1,9 +1,12 @@
 """The Ray backend: one Ray actor (a `WorkerHost`) per GPU, placed by one STRICT_PACK placement group per node
 of the pool (one bundle per GPU), driven from a single controller process.
 
-Each process sees all of the pool's GPUs on its node (Ray would show it only its own) and selects the one Ray
-assigned to it, so that a rollout engine started by a group's first rank can use its neighbours' GPUs by index
-(SGLang's `base_gpu_id`), as under torchrun.
+Worker processes see all of their node's GPUs and select the one Ray assigned to them, so that a rollout engine
+started by a group's first rank can use its neighbours' GPUs by index (SGLang's `base_gpu_id`), as under
+torchrun. For that Ray must not narrow CUDA_VISIBLE_DEVICES to the assigned GPU: RAY_EXPERIMENTAL_NOSET_CUDA_
+VISIBLE_DEVICES=1 in the workers' environment, which a local cluster started here inherits, and which
+launch/runtime_env.yaml and launch/slurm/ray_cluster.sbatch set for clusters. The variable has to be there when
+a worker process starts: CUDA reads the visible devices once, and imports already query it.
 """
 
 from __future__ import annotations
@@ -22,37 +25,36 @@ from parallel.worker import WorkerHost
 PLACEMENT_TIMEOUT_S = float(os.environ.get("MEGARL_PLACEMENT_TIMEOUT_S", "300"))
 
 
+KEEP_VISIBLE_DEVICES = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
+
+
 def ensure_ray() -> None:
     """Connect to the cluster in RAY_ADDRESS (set by `ray job submit`) or one started on this node by `ray start`;
-    otherwise start a local one."""
+    otherwise start a local one, whose workers inherit this environment."""
     if not ray.is_initialized():
+        os.environ.setdefault(KEEP_VISIBLE_DEVICES, "1")
         ray.init(log_to_driver=True)
 
 
 def rank_envs(infos: list[dict], use_gpu: bool) -> list[dict[str, str]]:
-    """torchrun's variables for each rank from where Ray placed it (`WorkerHost.placement`): RANK, LOCAL_RANK,
-    MASTER_ADDR/PORT at rank 0; with GPUs, each process sees every GPU the pool holds on its node
-    (CUDA_VISIBLE_DEVICES, in Ray's GPU-id order) and LOCAL_RANK is its own GPU's index among them."""
-    node_gpus: dict[str, list[str]] = {}
-    node_ranks: dict[str, int] = {}
+    """torchrun's variables for each rank from where Ray placed it (`WorkerHost.placement`): RANK, MASTER_ADDR/PORT
+    at rank 0, and LOCAL_RANK: with GPUs, the index of the rank's assigned GPU among those the process sees."""
+    per_node: dict[str, int] = {}
     for info in infos:
-        node_gpus.setdefault(info["node_ip"], []).extend(info["gpu_ids"])
-        node_ranks[info["node_ip"]] = node_ranks.get(info["node_ip"], 0) + 1
-    for gpus in node_gpus.values():
-        gpus.sort(key=lambda g: (len(g), g))  # numeric order for plain ids
+        per_node[info["node_ip"]] = per_node.get(info["node_ip"], 0) + 1
     envs, seen = [], {}
     for rank, info in enumerate(infos):
         node = info["node_ip"]
-        env = {
-            "RANK": str(rank), "WORLD_SIZE": str(len(infos)), "LOCAL_RANK": str(seen.get(node, 0)),
-            "LOCAL_WORLD_SIZE": str(node_ranks[node]),
-            "MASTER_ADDR": infos[0]["node_ip"], "MASTER_PORT": str(infos[0]["free_port"]),
-        }
-        seen[node] = seen.get(node, 0) + 1
+        local_rank = seen.get(node, 0)
+        seen[node] = local_rank + 1
         if use_gpu:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(node_gpus[node])
-            env["LOCAL_RANK"] = str(node_gpus[node].index(info["gpu_ids"][0]))
-        envs.append(env)
+            gpu, visible = info["gpu_ids"][0], info["visible_devices"]
+            local_rank = visible.split(",").index(gpu) if visible else int(gpu)
+        envs.append({
+            "RANK": str(rank), "WORLD_SIZE": str(len(infos)), "LOCAL_RANK": str(local_rank),
+            "LOCAL_WORLD_SIZE": str(per_node[node]),
+            "MASTER_ADDR": infos[0]["node_ip"], "MASTER_PORT": str(infos[0]["free_port"]),
+        })
     return envs
 
 

@@ -68,12 +68,12 @@ class WorkerHost:
             "node_ip": ray.util.get_node_ip_address(),
             "free_port": _free_port(),
             "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+            "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "pid": os.getpid(),
         }
 
     def join(self, env: dict[str, str], timeout_s: float) -> None:
-        """Join the group's default process group; `env` holds torchrun's variables for this rank (and the
-        visible devices: CUDA must not have been initialised in this process before)."""
+        """Join the group's default process group; `env` holds torchrun's variables for this rank."""
         os.environ.update(env)
         topology.init_distributed(timeout_s)
 

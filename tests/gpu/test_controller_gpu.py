@@ -34,7 +34,8 @@ def test_ray_places_two_gpu_workers_and_runs_nccl_and_the_tp2_step(model_dir, tm
     workers = ray["workers"]
     assert {w["backend"] for w in workers} == {"nccl"}
     assert len({w["gpu_uuid"] for w in workers}) == 2, workers  # two processes, two distinct GPUs
-    assert sorted(w["device"] for w in workers) == [0, 1] and {w["visible_devices"] for w in workers} == {"0,1"}
+    assert sorted(w["device"] for w in workers) == [0, 1]
+    assert [w["device_count"] for w in workers] == [2, 2]  # each sees its neighbour's GPU too (for rollout engines)
     assert ray["all_reduce"] == 3.0 and ray["all_reduce_bus_gb_per_s"] > 10
     assert math.isfinite(ray["grad_norm"]) and ray["grad_norm"] > 0
     assert ray["logprobs_after"] != ray["logprobs_before"]

@@ -59,6 +59,7 @@ class TinyStepWorker(Worker):
             "rank": dist.get_rank(), "world_size": dist.get_world_size(), "backend": dist.get_backend(),
             "local_rank": os.environ.get("LOCAL_RANK"), "master": f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
             "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "device": device,
+            "device_count": torch.cuda.device_count(),
             "gpu_uuid": str(torch.cuda.get_device_properties(device).uuid) if device is not None else None,
         }
 

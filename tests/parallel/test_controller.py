@@ -82,17 +82,17 @@ def test_collectives_time_out_instead_of_hanging(tmp_path):
     assert "Timed out" in result["outcome"] and 2.5 < result["seconds"] < 10
 
 
-def test_ray_ranks_see_their_pools_gpus_and_select_their_own():
-    infos = [{"node_ip": "10.0.0.1", "free_port": 4000, "gpu_ids": [g]} for g in ("3", "10", "2")]
-    infos += [{"node_ip": "10.0.0.2", "free_port": 5000, "gpu_ids": [g]} for g in ("6", "4")]
+def test_ray_ranks_select_their_assigned_gpu():
+    infos = [{"node_ip": "10.0.0.1", "free_port": 4000, "gpu_ids": [g], "visible_devices": None} for g in ("3", "2")]
+    infos += [{"node_ip": "10.0.0.2", "free_port": 5000, "gpu_ids": [g], "visible_devices": "4,5,6,7"}
+              for g in ("6", "4")]
+    infos += [{"node_ip": "10.0.0.3", "free_port": 6000, "gpu_ids": ["5"], "visible_devices": "5"}]  # narrowed
     envs = rank_envs(infos, use_gpu=True)
-    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["2,3,10"] * 3 + ["4,6"] * 2
-    assert [e["LOCAL_RANK"] for e in envs] == ["1", "2", "0", "1", "0"]
+    assert [e["LOCAL_RANK"] for e in envs] == ["3", "2", "2", "0", "0"]
     assert {e["MASTER_ADDR"] + ":" + e["MASTER_PORT"] for e in envs} == {"10.0.0.1:4000"}
     assert [e["RANK"] for e in envs] == ["0", "1", "2", "3", "4"]
-    assert [e["LOCAL_WORLD_SIZE"] for e in envs] == ["3", "3", "3", "2", "2"]
-    cpu = rank_envs(infos, use_gpu=False)
-    assert [e["LOCAL_RANK"] for e in cpu] == ["0", "1", "2", "0", "1"] and "CUDA_VISIBLE_DEVICES" not in cpu[0]
+    assert [e["LOCAL_WORLD_SIZE"] for e in envs] == ["2", "2", "2", "2", "1"]
+    assert [e["LOCAL_RANK"] for e in rank_envs(infos, use_gpu=False)] == ["0", "1", "0", "1", "0"]
 
 
 def test_torchrun_has_one_pool_of_its_own_size():
