@@ -5,7 +5,7 @@ shares those processes too, or gets its own pool with `critic.enable_resource_po
 from __future__ import annotations
 
 from megarl.config.schema import MegaRLConfig
-from parallel.controller import Cluster, PoolSpec, start_cluster
+from parallel.controller import Cluster, PoolSpec, resolve_launcher, start_cluster
 
 MAIN_POOL = "main"
 CRITIC_POOL = "critic"
@@ -30,3 +30,15 @@ def role_pools(cfg: MegaRLConfig) -> dict[str, str]:
 
 def start_workers(cfg: MegaRLConfig) -> Cluster:
     return start_cluster(resource_pools(cfg), cfg.trainer.launcher, cfg.trainer.collective_timeout_s)
+
+
+def describe_placement(cfg: MegaRLConfig) -> str:
+    """One line per pool: its GPUs and the roles it hosts, and the launcher this process would use."""
+    roles = role_pools(cfg)
+    lines = [f"launcher: {resolve_launcher(cfg.trainer.launcher)} (trainer.launcher={cfg.trainer.launcher})"]
+    for pool in resource_pools(cfg):
+        nodes = len(pool.gpus_per_node)
+        hosted = ", ".join(role for role, name in roles.items() if name == pool.name)
+        lines.append(f"pool {pool.name}: {nodes} node{'s' * (nodes > 1)} × {pool.gpus_per_node[0]} GPUs, "
+                     f"one process per GPU hosting {hosted}")
+    return "\n".join(lines)

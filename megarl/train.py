@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Sequence
 
 from megarl.config import ConfigError, MegaRLConfig, describe_keys, load_config, save_config
+from megarl.placement import describe_placement
 
 
 def check_runnable(cfg: MegaRLConfig) -> None:
@@ -59,6 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     path = save_config(cfg, cfg.trainer.output_dir)
     print(f"resolved config written to {path}")
+    print(describe_placement(cfg))
     if args.dry_run:
         return 0
     print(

@@ -83,6 +83,8 @@ class WorkerHost:
     def add_role(self, name: str, cls: type, args: tuple, kwargs: dict) -> None:
         if not (isinstance(cls, type) and issubclass(cls, Worker)):
             raise TypeError(f"{cls!r} is not a subclass of parallel.worker.Worker")
+        if name in self.roles:
+            raise ValueError(f"a role named {name!r} already runs in this process")
         self.roles[name] = cls(*args, **kwargs)
 
     def layout(self, name: str) -> RankLayout:

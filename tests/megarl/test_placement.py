@@ -1,5 +1,5 @@
 from megarl.config import load_config
-from megarl.placement import resource_pools, role_pools
+from megarl.placement import describe_placement, resource_pools, role_pools
 from parallel.controller import PoolSpec
 
 
@@ -19,3 +19,16 @@ def test_critic_in_its_own_pool():
                                  "critic.nnodes=2", "critic.n_gpus_per_node=2"])
     assert resource_pools(cfg) == [PoolSpec("main", (4,)), PoolSpec("critic", (2, 2))]
     assert role_pools(cfg)["critic"] == "critic" and resource_pools(cfg)[1].world_size == 4
+
+
+def test_placement_is_described_for_the_user(monkeypatch):
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    cfg = load_config(overrides=["trainer.n_gpus_per_node=4", "critic.enable_resource_pool=true",
+                                 "critic.nnodes=2", "critic.n_gpus_per_node=2"])
+    assert describe_placement(cfg).splitlines() == [
+        "launcher: ray (trainer.launcher=auto)",
+        "pool main: 1 node × 4 GPUs, one process per GPU hosting actor, rollout",
+        "pool critic: 2 nodes × 2 GPUs, one process per GPU hosting critic",
+    ]
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "1")
+    assert describe_placement(cfg).startswith("launcher: torchrun (trainer.launcher=auto)")

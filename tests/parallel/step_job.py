@@ -44,19 +44,32 @@ def main():
         else:
             lengths = torch.tensor([12, 7, 9, 5])
             input_ids = (torch.arange(4 * 12).reshape(4, 12) * 7 + 3) % 120
-            out = actor.step(Batch({"input_ids": input_ids, "lengths": lengths}, {"uid": ["a", "b", "c", "d"]}))
+            batch = Batch({"input_ids": input_ids, "lengths": lengths}, {"uid": ["a", "b", "c", "d"]})
+            out = actor.step(batch)
+            all_reduced, workers = actor.all_reduce(), actor.describe()
+            bus_bandwidth = actor.all_reduce_bus_bandwidth() if torch.cuda.is_available() else None
+            # A second role in the same processes shares their megatron mesh; one that wants another cannot.
+            reference = cluster["main"].spawn("reference", TinyStepWorker, args.model_dir, 2)
+            colocated = reference.logprobs(batch)["logprobs"].tolist()
+            try:
+                cluster["main"].spawn("critic", TinyStepWorker, args.model_dir, 1)
+                other_mesh_error = None
+            except WorkerError as e:
+                other_mesh_error = str(e)
             result = {
                 "launcher": cluster.launcher,
                 "logprobs_before": out["logprobs_before"].tolist(),
                 "logprobs_after": out["logprobs_after"].tolist(),
                 "grad_norm": out.meta["grad_norm"],
                 "loss": out.meta["loss"],
-                "all_reduce": actor.all_reduce(),
-                "workers": actor.describe(),
+                "all_reduce": all_reduced,
+                "workers": workers,
                 "ray_imported": sys.modules.get("ray") is not None,
+                "colocated_reference_logprobs": colocated,
+                "other_mesh_error": other_mesh_error,
             }
-            if torch.cuda.is_available():
-                result["all_reduce_bus_gb_per_s"] = actor.all_reduce_bus_bandwidth()
+            if bus_bandwidth is not None:
+                result["all_reduce_bus_gb_per_s"] = bus_bandwidth
         if not dist.is_initialized() or dist.get_rank() == 0:  # the Ray driver, or torchrun's rank 0
             with open(args.out, "w") as f:
                 json.dump(result, f)

@@ -52,6 +52,12 @@ class TinyStepWorker(Worker):
         return Batch({"logprobs_before": _padded(before, width), "logprobs_after": _padded(after, width)},
                      meta={"grad_norm": metrics["grad_norm"], "loss": metrics["loss"]})
 
+    @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
+    def logprobs(self, batch: Batch) -> Batch:
+        sequences = [ids[:n] for ids, n in zip(batch["input_ids"], batch["lengths"].tolist())]
+        logprobs = self.actor.logprobs(sequences, [list(range(len(sequences)))])["logprobs"]
+        return Batch({"logprobs": _padded(logprobs, batch["input_ids"].shape[1])})
+
     @worker_method()
     def describe(self) -> dict:
         device = torch.cuda.current_device() if torch.cuda.is_available() else None

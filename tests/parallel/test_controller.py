@@ -46,6 +46,10 @@ def test_ray_pool_and_torchrun_compute_the_same_step(model_dir, tmp_path):
         assert ray[key] == torchrun[key], key
     assert ray["logprobs_after"] != ray["logprobs_before"] and ray["grad_norm"] > 0
     assert ray["all_reduce"] == torchrun["all_reduce"] == 3.0
+    for run in (ray, torchrun):  # roles colocated in one process share its mesh; another mesh is refused
+        assert run["colocated_reference_logprobs"] == run["logprobs_before"]
+        assert run["other_mesh_error"].startswith("critic.__init__ failed on rank ")
+        assert "must run in its own resource pool" in run["other_mesh_error"]
     for workers in (ray["workers"], torchrun["workers"]):
         assert [w["rank"] for w in workers] == [0, 1] and {w["world_size"] for w in workers} == {2}
         assert [w["local_rank"] for w in workers] == ["0", "1"] and len({w["master"] for w in workers}) == 1
