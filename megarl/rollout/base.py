@@ -1,0 +1,117 @@
+"""The rollout interface every backend implements, and what it returns.
+
+An engine spans one rollout tensor-parallel group of GPUs (`parallel.reshard.engine_slots`); every rank of the
+group holds the engine object, the group's first rank (the owner) generates. Weights come in through
+`load_weights`, fed bucket by bucket by the reshard layer on every rank of the group. Between generations
+the engine's memory is released (`release_memory`) so training has the GPU; before the next generation the
+weights are resumed and loaded first, the KV cache second (it is the large part).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from megarl.registry import Registry
+
+ROLLOUT_BACKENDS: Registry[type] = Registry("rollout backend")
+
+WEIGHTS, KV_CACHE = "weights", "kv_cache"
+MEMORY_TAGS = (WEIGHTS, KV_CACHE)
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    n: int = 1  # responses per prompt
+    temperature: float = 1.0  # 0: greedy
+    top_p: float = 1.0
+    top_k: int = -1  # -1: the whole vocabulary
+    max_new_tokens: int = 512
+    stop_token_ids: tuple[int, ...] = ()  # besides the tokenizer's end-of-sequence token
+    ignore_eos: bool = False
+    seed: Optional[int] = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    @classmethod
+    def for_training(cls, rollout, max_new_tokens: int, seed: Optional[int] = None) -> SamplingParams:
+        """From the recipe's `rollout` section."""
+        return cls(n=rollout.n, temperature=rollout.temperature, top_p=rollout.top_p, top_k=rollout.top_k,
+                   max_new_tokens=max_new_tokens, seed=seed)
+
+    @classmethod
+    def for_validation(cls, rollout, max_new_tokens: int, seed: Optional[int] = None) -> SamplingParams:
+        """From `rollout.val_kwargs`: greedy unless it sets do_sample."""
+        val = rollout.val_kwargs
+        temperature = val.temperature if val.do_sample else 0.0
+        return cls(n=val.n, temperature=temperature, top_p=val.top_p, top_k=val.top_k,
+                   max_new_tokens=max_new_tokens, seed=seed)
+
+
+@dataclass
+class Response:
+    token_ids: list[int]
+    logprobs: list[float]  # log p(token) under the sampling temperature, before top-k/top-p truncation
+    finish_reason: str  # "stop" (end-of-sequence or a stop token, which is kept) | "length"
+
+
+class EngineMemory:
+    """Which of the engine's memory regions are released, with the errors SGLang would give, clearer."""
+
+    def __init__(self):
+        self.released: set[str] = set()
+        self.weights_loaded = True
+
+    def release(self, tags: Sequence[str]) -> None:
+        for tag in tags:
+            if tag not in MEMORY_TAGS:
+                raise ValueError(f"unknown memory tag {tag!r}: use {MEMORY_TAGS}")
+            if tag in self.released:
+                raise RuntimeError(f"the engine's {tag} memory is already released")
+        self.released.update(tags)
+        if WEIGHTS in tags:
+            self.weights_loaded = False
+
+    def resume(self, tags: Sequence[str]) -> None:
+        for tag in tags:
+            if tag not in self.released:
+                raise RuntimeError(f"the engine's {tag} memory was not released, so it cannot be resumed")
+        self.released.difference_update(tags)
+
+    def check_can_load(self) -> None:
+        if WEIGHTS in self.released:
+            raise RuntimeError("weights are loaded into released memory: resume_memory(['weights']) first")
+
+    def check_can_generate(self) -> None:
+        if self.released:
+            raise RuntimeError(f"generate needs the engine's memory: resume {sorted(self.released)} first")
+        if not self.weights_loaded:
+            raise RuntimeError("the engine's weights were released and not loaded again: sync weights first")
+
+
+class RolloutEngine(ABC):
+    def __init__(self):
+        self.memory = EngineMemory()
+
+    @property
+    @abstractmethod
+    def is_owner(self) -> bool:
+        """Whether this rank generates for the engine."""
+
+    @abstractmethod
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Response]]:
+        """On the owner: `params.n` responses for each prompt (token ids)."""
+
+    @abstractmethod
+    def load_weights(self, parts: list) -> None:
+        """Collective over the engine's ranks: this rank's (HF name, tensor or tensor-parallel slice, dim) parts,
+        as the reshard layer streams them."""
+
+    def release_memory(self, tags: Sequence[str] = MEMORY_TAGS) -> None:
+        self.memory.release(tags)
+
+    def resume_memory(self, tags: Sequence[str] = MEMORY_TAGS) -> None:
+        self.memory.resume(tags)

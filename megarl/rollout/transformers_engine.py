@@ -1,0 +1,112 @@
+"""A rollout engine on HF transformers' `generate`: for CPU tests and debugging, fed by the same reshard layer as
+SGLang. The owner holds the whole model; with rollout TP > 1 it assembles the slices its ranks receive (so the
+tensor-parallel layouts the reshard layer produces are checked end to end). It is slow: one prompt at a time,
+with no padding, so positions and log-probs are exactly the unpadded sequence's."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.distributed as dist
+from transformers import AutoModelForCausalLM, GenerationConfig
+
+from megarl.rollout.base import KV_CACHE, ROLLOUT_BACKENDS, WEIGHTS, Response, RolloutEngine, SamplingParams
+
+
+@ROLLOUT_BACKENDS.register("transformers")
+class TransformersEngine(RolloutEngine):
+    def __init__(self, model_path: str, *, engine_ranks: Sequence[int] = (0,), group=None,
+                 dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
+        super().__init__()
+        self.engine_ranks, self.group, self.device = list(engine_ranks), group, torch.device(device)
+        rank = dist.get_rank() if dist.is_initialized() else engine_ranks[0]
+        self.model = None
+        if rank == self.engine_ranks[0]:
+            self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(self.device).eval()
+            self.eos_token_id = self.model.config.eos_token_id
+            self.shapes = {name: (p.shape, p.dtype) for name, p in self.model.named_parameters()}
+
+    @property
+    def is_owner(self) -> bool:
+        return self.model is not None
+
+    def load_weights(self, parts: list) -> None:
+        self.memory.check_can_load()
+        if len(self.engine_ranks) > 1:
+            mine = [(name, tensor.cpu(), dim) for name, tensor, dim in parts]
+            gathered = [None] * len(self.engine_ranks) if self.is_owner else None
+            dist.gather_object(mine, gathered, dst=self.engine_ranks[0], group=self.group)
+            if not self.is_owner:
+                return
+            parts = [(name, _assemble([rank_parts[i][1] for rank_parts in gathered], dim), dim)
+                     for i, (name, _, dim) in enumerate(gathered[0])]
+        params = dict(self.model.named_parameters())
+        with torch.no_grad():
+            for name, tensor, _ in parts:
+                if name not in params:
+                    raise KeyError(f"the rollout model has no parameter {name}")
+                params[name].copy_(tensor.to(params[name].device))
+        self.memory.weights_loaded = True
+
+    def release_memory(self, tags=(WEIGHTS, KV_CACHE)) -> None:
+        super().release_memory(tags)
+        if self.is_owner and WEIGHTS in tags:
+            for param in self.model.parameters():
+                param.data = torch.empty(0, dtype=param.dtype, device=param.device)
+
+    def resume_memory(self, tags=(WEIGHTS, KV_CACHE)) -> None:
+        super().resume_memory(tags)
+        if self.is_owner and WEIGHTS in tags:
+            for name, param in self.model.named_parameters():
+                shape, dtype = self.shapes[name]
+                param.data = torch.empty(shape, dtype=dtype, device=self.device)
+
+    def held_bytes(self) -> int:
+        """Bytes of the owner's weights now in memory (0 while released)."""
+        return sum(p.numel() * p.element_size() for p in self.model.parameters()) if self.is_owner else 0
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Response]]:
+        if not self.is_owner:
+            raise RuntimeError("generate runs on the engine's first rank")
+        self.memory.check_can_generate()
+        stops = set(params.stop_token_ids)
+        if not params.ignore_eos:
+            eos = self.eos_token_id
+            stops.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        config = GenerationConfig(
+            max_new_tokens=params.max_new_tokens, min_new_tokens=params.max_new_tokens if params.ignore_eos else 0,
+            do_sample=not params.greedy, num_return_sequences=1 if params.greedy else params.n,
+            temperature=None if params.greedy else params.temperature, top_p=None if params.greedy else params.top_p,
+            top_k=None if params.greedy else max(params.top_k, 0), eos_token_id=sorted(stops) or None,
+            pad_token_id=0, output_logits=True, return_dict_in_generate=True,
+        )
+        results = []
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            for i, prompt in enumerate(prompts):
+                if params.seed is not None:
+                    torch.manual_seed(params.seed + i)
+                ids = torch.tensor([list(prompt)], device=self.device)
+                out = self.model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config)
+                tokens = out.sequences[:, ids.shape[1]:]
+                logits = torch.stack(out.logits, dim=1).float()
+                if not params.greedy:
+                    logits = logits / params.temperature
+                logprobs = torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+                responses = [_response(t.tolist(), lp.tolist(), stops) for t, lp in zip(tokens, logprobs)]
+                if params.greedy:  # HF samples one greedy sequence; SGLang returns n equal ones
+                    responses = [Response(list(r.token_ids), list(r.logprobs), r.finish_reason)
+                                 for r in responses for _ in range(params.n)]
+                results.append(responses)
+        return results
+
+
+def _assemble(slices: list[torch.Tensor], dim) -> torch.Tensor:
+    return slices[0] if dim is None else torch.cat(slices, dim=dim)
+
+
+def _response(tokens: list[int], logprobs: list[float], stops: set[int]) -> Response:
+    for end, token in enumerate(tokens):
+        if token in stops:
+            return Response(tokens[: end + 1], logprobs[: end + 1], "stop")
+    return Response(tokens, logprobs, "length")

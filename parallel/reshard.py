@@ -1,0 +1,185 @@
+"""Actor weights from megatron's training layout into a colocated rollout engine's layout, in buckets of bounded
+size: the 3D-HybridEngine idea.
+
+Every GPU hosts one tensor-parallel rank of a rollout engine (`engine_slots`). Its slot is chosen so that the
+weights it needs are as close as possible to the training shards already on that GPU:
+
+- rollout TP R = training TP T (and any PP): each rank converts its own shard; nothing is gathered.
+- R < T: the T/R engines of a training TP group are strided over it (GPU step T/R, SGLang's `gpu_id_step`),
+  so engine rank j needs exactly the shards of the T/R consecutive ranks j·T/R…: gathered within that
+  sub-group only, never the whole model.
+- R > T: engines span consecutive GPUs; each rank gathers within its training TP group (nothing when T = 1)
+  and keeps its part.
+- Pipeline stages send only the layers they own, broadcast to the same slot of the other stages.
+- Data- and context-parallel replicas hold equal weights and serve their own engines: no traffic.
+
+Megatron's rank order puts a training TP group on consecutive ranks (tensor parallel innermost). The stream
+is a collective: every rank of the world calls `sync_weights` and its `sink` gets, bucket by bucket and in the
+same order everywhere, the HF-named tensors (or their tensor-parallel slices, with the dim they are split on)
+that its engine rank holds.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+Part = tuple[str, torch.Tensor, "int | None"]  # (HF name, tensor, tensor-parallel dim or None)
+Convert = Callable[[str, torch.Tensor], list[Part]]  # megatron name (global layers) + tensor → HF parts
+
+
+@dataclass(frozen=True)
+class EngineSlot:
+    """The rollout engine rank that one GPU (training rank) hosts."""
+
+    engine: int  # global index of the engine
+    engine_rank: int  # its tensor-parallel rank within the engine
+    engine_ranks: tuple[int, ...]  # the engine's training ranks, in engine-rank order
+    gather_ranks: tuple[int, ...]  # training ranks whose shards, concatenated in order, hold this slot's weights
+    part: int  # ...of which the slot keeps part `part` of `parts`
+    parts: int
+
+
+def engine_slots(world_size: int, train_tp: int, rollout_tp: int) -> list[EngineSlot]:
+    """Slot of every training rank (index = rank) for rollout engines of `rollout_tp` GPUs."""
+    big, small = max(train_tp, rollout_tp), min(train_tp, rollout_tp)
+    if big % small or world_size % big:
+        raise ValueError(
+            f"rollout TP {rollout_tp} and training TP {train_tp} must divide one another and the {world_size} GPUs"
+        )
+    slots = []
+    for rank in range(world_size):
+        start, t = rank - rank % train_tp, rank % train_tp
+        if rollout_tp <= train_tp:
+            stride = train_tp // rollout_tp
+            j, e = t // stride, t % stride
+            slots.append(EngineSlot(
+                engine=rank // train_tp * stride + e, engine_rank=j,
+                engine_ranks=tuple(start + e + stride * i for i in range(rollout_tp)),
+                gather_ranks=tuple(start + j * stride + i for i in range(stride)), part=0, parts=1,
+            ))
+        else:
+            first = rank - rank % rollout_tp
+            slots.append(EngineSlot(
+                engine=rank // rollout_tp, engine_rank=rank % rollout_tp,
+                engine_ranks=tuple(range(first, first + rollout_tp)),
+                gather_ranks=tuple(range(start, start + train_tp)), part=rank % rollout_tp, parts=rollout_tp,
+            ))
+    return slots
+
+
+@dataclass
+class SyncStats:
+    seconds: float = 0.0
+    bytes_received: int = 0  # by this rank, over gathers and pipeline broadcasts
+    peak_extra_bytes: int = 0  # memory the sync held beyond the model (GPU: allocator peak; CPU: its own tensors)
+    tensors: int = 0
+    buckets: int = 0
+
+    def metrics(self) -> dict[str, float]:
+        return {"timing_s/update_weights": self.seconds, "update_weights/bytes_received_gb": self.bytes_received / 1e9,
+                "update_weights/peak_extra_memory_gb": self.peak_extra_bytes / 1e9}
+
+
+_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
+
+
+def local_parameters(model_chunks: list) -> list[tuple[str, torch.Tensor]]:
+    """This rank's parameters with megatron names whose layer numbers are global (megatron numbers a pipeline
+    stage's layers from 0)."""
+    from megatron.core.utils import unwrap_model
+
+    named = []
+    for chunk in model_chunks:
+        module = unwrap_model(chunk)
+        layers = getattr(getattr(module, "decoder", None), "layers", [])
+        global_index = {str(i): str(layer.layer_number - 1) for i, layer in enumerate(layers)}
+        for name, param in module.named_parameters():
+            name = _LAYER.sub(lambda m: f"decoder.layers.{global_index[m.group(1)]}.", name)
+            named.append((name, param.detach()))
+    return named
+
+
+class WeightStreamer:
+    """Streams one model's weights into this rank's engine slot. Build it once per model (it exchanges the
+    parameter list of every pipeline stage and creates the gather groups), then call `sync` after each update."""
+
+    def __init__(self, model_chunks: list, convert: Convert, slot: EngineSlot, all_slots: list[EngineSlot],
+                 pp_group=None, bucket_bytes: int = 512 << 20):
+        self.model_chunks, self.convert, self.slot, self.bucket_bytes = model_chunks, convert, slot, bucket_bytes
+        self.pp_group = pp_group
+        self.gather_group = None
+        for ranks in sorted({s.gather_ranks for s in all_slots}):  # every rank creates every group, in one order
+            group = dist.new_group(list(ranks)) if len(ranks) > 1 else None
+            if ranks == slot.gather_ranks:
+                self.gather_group = group
+        local = [(name, tuple(t.shape), t.dtype) for name, t in local_parameters(model_chunks)]
+        stages = [local]
+        if pp_group is not None and dist.get_world_size(pp_group) > 1:
+            stages = [None] * dist.get_world_size(pp_group)
+            dist.all_gather_object(stages, local, group=pp_group)
+        self.my_stage = dist.get_rank(pp_group) if pp_group is not None else 0
+        self.pp_ranks = dist.get_process_group_ranks(pp_group) if pp_group is not None else [dist.get_rank()]
+        self.manifest = [(stage, name, shape, dtype) for stage, params in enumerate(stages)
+                         for name, shape, dtype in params]
+
+    def sync(self, sink: Callable[[list[Part]], None]) -> SyncStats:
+        cuda = torch.cuda.is_available()
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            baseline = torch.cuda.memory_allocated()
+        stats, start = SyncStats(), time.perf_counter()
+        local = dict(local_parameters(self.model_chunks))
+        bucket, held = [], 0
+        for stage, name, shape, dtype in self.manifest:
+            owned = stage == self.my_stage
+            source = local[name] if owned else torch.empty(shape, dtype=dtype, device="meta")
+            for hf_name, tensor, dim in self.convert(name, source):
+                out = self._slot_tensor(tensor, dim, stats) if owned else self._empty_slot_tensor(tensor, dim)
+                if len(self.pp_ranks) > 1:
+                    if not owned:
+                        stats.bytes_received += out.numel() * out.element_size()
+                    dist.broadcast(out, src=self.pp_ranks[stage], group=self.pp_group)
+                bucket.append((hf_name, out, dim))
+                held += out.numel() * out.element_size()
+                stats.peak_extra_bytes = max(stats.peak_extra_bytes, held)
+                stats.tensors += 1
+            if held >= self.bucket_bytes:
+                sink(bucket)
+                stats.buckets += 1
+                bucket, held = [], 0
+        if bucket:
+            sink(bucket)
+            stats.buckets += 1
+        if cuda:
+            torch.cuda.synchronize()
+            stats.peak_extra_bytes = torch.cuda.max_memory_allocated() - baseline
+        stats.seconds = time.perf_counter() - start
+        return stats
+
+    def _slot_tensor(self, tensor: torch.Tensor, dim, stats: SyncStats) -> torch.Tensor:
+        """Gather this slot's shards (owner stage), then keep its part."""
+        slot = self.slot
+        if dim is None:
+            return tensor.contiguous()
+        if self.gather_group is not None:
+            pieces = [torch.empty_like(tensor, memory_format=torch.contiguous_format) for _ in slot.gather_ranks]
+            dist.all_gather(pieces, tensor.contiguous(), group=self.gather_group)
+            stats.bytes_received += tensor.numel() * tensor.element_size() * (len(pieces) - 1)
+            tensor = torch.cat(pieces, dim=dim)
+        if slot.parts > 1:
+            tensor = tensor.chunk(slot.parts, dim=dim)[slot.part]
+        return tensor.contiguous()
+
+    def _empty_slot_tensor(self, meta: torch.Tensor, dim) -> torch.Tensor:
+        shape = list(meta.shape)
+        if dim is not None:
+            shape[dim] = shape[dim] * len(self.slot.gather_ranks) // self.slot.parts
+        device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
+        return torch.empty(shape, dtype=meta.dtype, device=device)
