@@ -1,0 +1,171 @@
+"""The production rollout backend: one `sglang.Engine` per rollout tensor-parallel group, colocated with the
+trainer on the same GPUs.
+
+The group's first rank owns the engine; its scheduler processes run on the group's GPUs (`base_gpu_id` and
+`gpu_id_step` follow `parallel.reshard.engine_slots`, so engine rank j is the GPU whose training shards make its
+slice). Weights arrive in SGLang's own per-rank parameter layout (`load_format="direct"`): each rank converts
+its slice (q/k/v fused into `qkv_proj`, gate/up into `gate_up_proj`) and hands the engine a CUDA IPC handle,
+so the scheduler on the same GPU reads the tensor in place; only the handles travel, over the group's gloo
+group, to the owner. Memory is released with `torch_memory_saver` (`enable_memory_saver`) around training.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from typing import Any, Sequence
+
+import torch
+import torch.distributed as dist
+
+from megarl.rollout.base import KV_CACHE, MEMORY_TAGS, ROLLOUT_BACKENDS, Response, RolloutEngine, SamplingParams
+
+SGLANG_VOCAB_PADDING = 64  # SGLang pads the vocabulary to this multiple before splitting it over TP ranks
+_QKV = re.compile(r"(.*\.self_attn\.)([qkv])_proj\.(weight|bias)$")
+_GATE_UP = re.compile(r"(.*\.mlp\.)(gate|up)_proj\.weight$")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def fuse_for_sglang(parts: list) -> list[tuple[str, torch.Tensor]]:
+    """HF-named slices → SGLang's parameter names and per-rank layout: [q; k; v] as `qkv_proj`, [gate; up] as
+    `gate_up_proj`, everything else as it is. A fused parameter's pieces must come in one bucket."""
+    fused: dict[str, dict[str, torch.Tensor]] = {}
+    out = []
+    for name, tensor, _ in parts:
+        if match := _QKV.match(name):
+            key = f"{match[1]}qkv_proj.{match[3]}"
+            fused.setdefault(key, {})[match[2]] = tensor
+            if len(fused[key]) == 3:
+                out.append((key, torch.cat([fused[key][p] for p in "qkv"])))
+                del fused[key]
+        elif match := _GATE_UP.match(name):
+            key = f"{match[1]}gate_up_proj.weight"
+            fused.setdefault(key, {})[match[2]] = tensor
+            if len(fused[key]) == 2:
+                out.append((key, torch.cat([fused[key]["gate"], fused[key]["up"]])))
+                del fused[key]
+        else:
+            out.append((name, tensor))
+    if fused:
+        raise ValueError(f"incomplete fused parameters in a weight bucket: {sorted(fused)}")
+    return out
+
+
+@ROLLOUT_BACKENDS.register("sglang")
+class SGLangEngine(RolloutEngine):
+    def __init__(self, model_path: str, *, engine_ranks: Sequence[int], local_devices: Sequence[int], group=None,
+                 vocab_size: int, num_kv_heads: int, mem_fraction_static: float = 0.5, dtype: str = "bfloat16",
+                 seed: int = 0, engine_kwargs: dict[str, Any] | None = None):
+        """`local_devices[i]`: the CUDA device index (as this process counts them) of engine rank i's GPU; `group`:
+        a gloo group of `engine_ranks`, over which the other ranks hand their IPC handles to the owner."""
+        super().__init__()
+        self.engine_ranks, self.group = list(engine_ranks), group
+        tp = len(self.engine_ranks)
+        if vocab_size % SGLANG_VOCAB_PADDING:
+            raise ValueError(f"vocab size {vocab_size} is not a multiple of {SGLANG_VOCAB_PADDING}: SGLang's "
+                             "vocabulary shards would not line up with the trainer's")
+        if num_kv_heads % tp:
+            raise ValueError(f"rollout TP {tp} must divide the model's {num_kv_heads} key/value heads: SGLang would "
+                             "replicate heads where the reshard layer splits them")
+        steps = {b - a for a, b in zip(local_devices, local_devices[1:])}
+        if len(steps) > 1 or (steps and steps.pop() <= 0):
+            raise ValueError(f"an engine's GPUs must be evenly spaced and increasing, got {list(local_devices)}")
+        self.engine = None
+        if dist.get_rank() == self.engine_ranks[0]:
+            import sglang
+
+            step = local_devices[1] - local_devices[0] if tp > 1 else 1
+            args = dict(
+                model_path=model_path, tp_size=tp, base_gpu_id=local_devices[0], gpu_id_step=step,
+                mem_fraction_static=mem_fraction_static, enable_memory_saver=True, skip_tokenizer_init=True,
+                dtype=dtype, random_seed=seed, port=_free_port(), log_level="error",
+            )
+            args.update(engine_kwargs or {})
+            self.engine = sglang.Engine(**args)
+            self.deterministic = bool(args.get("enable_deterministic_inference", False))
+
+    @property
+    def is_owner(self) -> bool:
+        return self.engine is not None
+
+    def load_weights(self, parts: list) -> None:
+        from sglang.srt.model_executor.model_runner_components.weight_updater import LocalSerializedTensor
+        from sglang.srt.utils import MultiprocessingSerializer
+        from sglang.srt.utils.patch_torch import monkey_patch_torch_reductions
+
+        self.memory.check_can_load()
+        monkey_patch_torch_reductions()  # IPC handles name the GPU by UUID, whatever each process's device order
+        tensors = fuse_for_sglang(parts)
+        mine = [(name, MultiprocessingSerializer.serialize(t.detach())) for name, t in tensors]
+        if len(self.engine_ranks) > 1:
+            gathered = [None] * len(self.engine_ranks) if self.is_owner else None
+            dist.gather_object(mine, gathered, dst=self.engine_ranks[0], group=self.group)
+        else:
+            gathered = [mine]
+        if self.is_owner:
+            named = [(name, LocalSerializedTensor(values=[rank_parts[i][1] for rank_parts in gathered]))
+                     for i, (name, _) in enumerate(mine)]
+            success, message = self.engine.update_weights_from_tensor(named, load_format="direct", flush_cache=False)
+            if not success:
+                raise RuntimeError(f"SGLang refused the weights: {message}")
+        if len(self.engine_ranks) > 1:
+            dist.barrier(group=self.group)  # the engine has copied every rank's tensors: they may be freed
+        self.memory.weights_loaded = True
+
+    def release_memory(self, tags: Sequence[str] = MEMORY_TAGS) -> None:
+        super().release_memory(tags)
+        if self.is_owner:
+            self.engine.release_memory_occupation(tags=list(tags))
+
+    def resume_memory(self, tags: Sequence[str] = MEMORY_TAGS) -> None:
+        super().resume_memory(tags)
+        if self.is_owner:
+            self.engine.resume_memory_occupation(tags=list(tags))
+            if KV_CACHE in tags:
+                self.engine.flush_cache()  # cached prefixes point into memory that was given away
+
+    def check_weights(self, action: str) -> tuple[bool, str]:
+        """SGLang's weight checker on the owner: "snapshot", "reset_tensors" (poison them), "compare" (against
+        the snapshot, exactly)."""
+        from sglang.srt.managers.io_struct import CheckWeightsReqInput
+
+        success, message, _, _ = self.engine.loop.run_until_complete(
+            self.engine.tokenizer_manager.check_weights(CheckWeightsReqInput(action=action), None))
+        return success, message
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Response]]:
+        if not self.is_owner:
+            raise RuntimeError("generate runs on the engine's first rank")
+        self.memory.check_can_generate()
+        sampling = {
+            "temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k,
+            "max_new_tokens": params.max_new_tokens, "stop_token_ids": list(params.stop_token_ids),
+            "ignore_eos": params.ignore_eos, "no_stop_trim": True, "skip_special_tokens": False,
+        }
+        if params.seed is not None and self.deterministic:  # per-sample seeds (SGLang uses them only then)
+            requests = [list(p) for p in prompts for _ in range(params.n)]
+            per_request = [{**sampling, "sampling_seed": params.seed + i} for i in range(len(requests))]
+            outputs = self.engine.generate(input_ids=requests, sampling_params=per_request, return_logprob=True)
+        else:
+            outputs = self.engine.generate(input_ids=[list(p) for p in prompts],
+                                           sampling_params={**sampling, "n": params.n}, return_logprob=True)
+        responses = [_response(out) for out in outputs]
+        return [responses[i * params.n : (i + 1) * params.n] for i in range(len(prompts))]
+
+    def shutdown(self) -> None:
+        if self.engine is not None:
+            self.engine.shutdown()
+            self.engine = None
+
+
+def _response(output: dict) -> Response:
+    meta = output["meta_info"]
+    reason = meta["finish_reason"]["type"]
+    if reason not in ("stop", "length"):
+        raise RuntimeError(f"SGLang aborted a request: {meta['finish_reason']}")
+    return Response(list(output["output_ids"]), [lp for lp, _, _ in meta["output_token_logprobs"]], reason)

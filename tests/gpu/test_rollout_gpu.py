@@ -1,0 +1,67 @@
+"""GPU (one H200 for TP1 → TP1; nvidia-h200-x2 for TP2 → TP2 and TP2 → TP1): SGLang engines colocated with a
+bf16 megatron actor of Qwen2.5-0.5B's shape (random weights) receive its weights through the reshard layer.
+Each run must restore SGLang's poisoned weights exactly, agree with the trainer's log-probs
+(logprob_mult_error ≤ 1.05), free the engine's memory on release, and generate.
+
+Rows for benchmarks/results/ go to $MEGARL_RESULTS_DIR/rollout_gpu.json when it is set."""
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.helpers import REPO_ROOT
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA and SGLang (the device machines)")
+
+SHAPE = "qwen2.5-0.5b"
+LAYOUTS = [(1, 1), (2, 2), (2, 1)]  # (training TP, rollout TP)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    from megarl.models.shapes import write_random_checkpoint
+
+    return write_random_checkpoint(SHAPE, tmp_path_factory.mktemp("rollout") / "model")
+
+
+@pytest.mark.parametrize("tp, rollout_tp", LAYOUTS, ids=[f"tp{t}-to-tp{r}" for t, r in LAYOUTS])
+def test_sglang_sync(model_dir, tmp_path, tp, rollout_tp):
+    gpus = max(tp, rollout_tp)
+    if torch.cuda.device_count() < gpus:
+        pytest.skip(f"needs {gpus} GPUs")
+    out = tmp_path / "row.json"
+    env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(gpus))}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(gpus),
+           str(REPO_ROOT / "tests/gpu/rollout_worker.py"), str(model_dir), str(out), "--tp", str(tp),
+           "--rollout-tp", str(rollout_tp), "--weight-check"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-8000:]
+    row = json.loads(out.read_text())
+    _record(row, tp, rollout_tp, gpus)
+    assert row["weight_check"] == "exact", row["weight_check"]
+    assert row["logprob_mult_error"] <= 1.05, row
+    assert row["released_gb"] > 10  # the engine's weights and KV cache left the GPU
+    assert row["gen_tokens_per_s"] > 0 and row["sync_s"] > 0
+    if tp == rollout_tp:
+        assert set(row["sync_bytes_received_per_rank"]) == {0}  # each rank handed over its own shard
+
+
+def _record(row, tp, rollout_tp, gpus):
+    out = os.environ.get("MEGARL_RESULTS_DIR")
+    if not out:
+        return
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    full = {"date": datetime.date.today().isoformat(), "commit": os.environ.get("MEGARL_COMMIT", commit),
+            "machine": "nvidia-h200" if gpus == 1 else f"nvidia-h200-x{gpus}",
+            "command": f"MEGARL_RESULTS_DIR=$OUT python -m pytest tests/gpu/test_rollout_gpu.py -k tp{tp}-to-tp{rollout_tp}",
+            "model_shape": SHAPE, "dtype": "bf16", "pp": 1, "cp": 1, "backend": "sglang", **row}
+    path = os.path.join(out, "rollout_gpu.json")
+    rows = json.load(open(path)) if os.path.exists(path) else []
+    with open(path, "w") as f:
+        json.dump(rows + [full], f, indent=1)
