@@ -30,6 +30,11 @@ from parallel import topology
 from parallel.reshard import WeightStreamer, engine_slots
 
 GB = 1e9
+START = time.perf_counter()
+
+
+def progress(what: str) -> None:
+    print(f"[rank {os.environ.get('RANK', '0')} +{time.perf_counter() - START:.1f}s] {what}", flush=True)
 
 
 def free_gb() -> float:
@@ -63,6 +68,7 @@ def main():
     vocab = load_hf_config(args.model_dir).vocab_size
     batch = [torch.randint(0, vocab, (512,), generator=generator) for _ in range(4)]
     actor.train_step([pack_sequences(batch, device=actor.device)], loss_fn)  # the engine must get these weights
+    progress('trained one step')
 
     exported_dir = os.path.join(os.path.dirname(args.out), f"exported-tp{args.tp}")
     exported = actor.export_hf()
@@ -75,6 +81,7 @@ def main():
         for _ in exported:
             pass
     dist.barrier()
+    progress('exported')
 
     hf_config = load_hf_config(args.model_dir)
     attention, tied = AttentionShape.of(hf_config), bool(getattr(hf_config, "tie_word_embeddings", False))
@@ -90,6 +97,7 @@ def main():
     )
     dist.barrier()
     engine_start_s = time.perf_counter() - start
+    progress('engine started')
     if engine.is_owner and args.weight_check:
         assert engine.check_weights("snapshot")[0]  # SGLang's own load of the exported HF tensors
         assert engine.check_weights("reset_tensors")[0]  # poisoned: only a correct sync can restore them
@@ -102,6 +110,7 @@ def main():
     dist.barrier()
     free_released = free_gb()
     engine.resume_memory(["weights"])
+    progress('released and resumed weights')
     runs = []
     for _ in range(args.syncs):
         dist.barrier()
@@ -112,6 +121,7 @@ def main():
         weight_check = "exact" if ok else f"mismatch: {message[:2000]}"
     engine.resume_memory(["kv_cache"])
     dist.barrier()
+    progress('synced and checked')
 
     prompts = [torch.randint(0, vocab, (args.prompt_len,), generator=generator).tolist() for _ in range(args.prompts)]
     params = SamplingParams(n=1, temperature=1.0, max_new_tokens=args.response_len, ignore_eos=True)
@@ -128,6 +138,7 @@ def main():
                                         if generated else None, "weight_check": weight_check,
                                         "sync": [vars(r) for r in runs]})
     owners = [e for e in everything if e["owner"]]
+    progress('generated')
     sequences, rollout_lps, lengths = [], [], []
     for owner in owners:
         for index, responses in zip(owner["prompt_index"], owner["responses"]):
@@ -144,6 +155,7 @@ def main():
     agreement = logprob_agreement(pad(rollout_lps), pad(trainer_lps), mask)
 
     baseline = measure_baseline(actor, engine)
+    progress('baseline measured')
     if rank == 0:
         median = statistics.median(r["seconds"] for r in everything[0]["sync"])
         row = {
