@@ -11,6 +11,7 @@ group, to the owner. Memory is released with `torch_memory_saver` (`enable_memor
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 from typing import Any, Sequence
@@ -86,7 +87,14 @@ class SGLangEngine(RolloutEngine):
                 dtype=dtype, random_seed=seed, port=_free_port(), log_level="error",
             )
             args.update(engine_kwargs or {})
-            self.engine = sglang.Engine(**args)
+            # Under torchrun this variable makes every process group rendezvous through torchrun's store, which
+            # the engine's scheduler processes cannot reach: they would wait for it forever.
+            agent_store = os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+            try:
+                self.engine = sglang.Engine(**args)
+            finally:
+                if agent_store is not None:
+                    os.environ["TORCHELASTIC_USE_AGENT_STORE"] = agent_store
             self.deterministic = bool(args.get("enable_deterministic_inference", False))
 
     @property
