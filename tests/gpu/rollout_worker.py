@@ -148,7 +148,7 @@ def main():
                 lengths.append(len(prompts[index]))
     engine.release_memory()  # training would run now: the trainer's log-prob pass needs the memory back
     trainer = actor.logprobs(sequences, [list(range(i, min(i + 8, len(sequences)))) for i in range(0, len(sequences), 8)])
-    trainer_lps = [lp[n - 1:] for lp, n in zip(trainer["logprobs"], lengths)]
+    trainer_lps = [lp[n - 1:].cpu() for lp, n in zip(trainer["logprobs"], lengths)]
     width = max(len(lp) for lp in rollout_lps)
     pad = lambda rows: torch.stack([torch.nn.functional.pad(r.float(), (0, width - len(r))) for r in rows])  # noqa
     mask = pad([torch.ones(len(r)) for r in rollout_lps])
