@@ -188,7 +188,7 @@ def measure_baseline(actor, engine) -> dict:
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
     start = time.perf_counter()
-    full = [(name, tensor) for name, tensor in actor.export_hf()]
+    full = [(name, tensor.detach()) for name, tensor in actor.export_hf()]
     if engine.is_owner:
         ok, message = engine.engine.update_weights_from_tensor(full, load_format=None, flush_cache=True)
         assert ok, message
