@@ -10,10 +10,10 @@ from megarl.config.loader import ConfigError
 from megarl.config.schema import MegaRLConfig, MegatronConfig
 from megarl.registry import did_you_mean
 from megarl.rewards.function import RewardFunctionSpecError, check_reward_function_spec
+from megarl.rollout import ROLLOUT_BACKENDS
 from parallel.controller import LAUNCHERS
 
 TRUNCATION_MODES = ("error", "left", "right", "middle")
-ROLLOUT_BACKENDS = ("sglang", "transformers")
 LOGGERS = ("console", "tensorboard", "wandb")
 RESUME_MODES = ("auto", "disable", "resume_path")
 LR_DECAY_STYLES = ("constant", "linear", "cosine")
@@ -49,7 +49,7 @@ def _check_choices(cfg: MegaRLConfig, problems: list[str]) -> None:
     _choice(problems, "actor.loss_agg_mode", cfg.actor.loss_agg_mode, LOSS_AGG_MODES)
     if cfg.critic.loss_agg_mode != cfg.actor.loss_agg_mode:
         _choice(problems, "critic.loss_agg_mode", cfg.critic.loss_agg_mode, LOSS_AGG_MODES)
-    _choice(problems, "rollout.name", cfg.rollout.name, ROLLOUT_BACKENDS)
+    _choice(problems, "rollout.name", cfg.rollout.name, ROLLOUT_BACKENDS.names())
     _choice(problems, "trainer.resume_mode", cfg.trainer.resume_mode, RESUME_MODES)
     for role in ("actor", "critic"):
         section = getattr(cfg, role)

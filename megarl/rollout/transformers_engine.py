@@ -9,7 +9,6 @@ from typing import Sequence
 
 import torch
 import torch.distributed as dist
-from transformers import AutoModelForCausalLM, GenerationConfig
 
 from megarl.rollout.base import KV_CACHE, ROLLOUT_BACKENDS, WEIGHTS, Response, RolloutEngine, SamplingParams
 
@@ -23,6 +22,8 @@ class TransformersEngine(RolloutEngine):
         rank = dist.get_rank() if dist.is_initialized() else engine_ranks[0]
         self.model = None
         if rank == self.engine_ranks[0]:
+            from transformers import AutoModelForCausalLM
+
             self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(self.device).eval()
             self.eos_token_id = self.model.config.eos_token_id
             self.shapes = {name: (p.shape, p.dtype) for name, p in self.model.named_parameters()}
@@ -70,6 +71,8 @@ class TransformersEngine(RolloutEngine):
         if not self.is_owner:
             raise RuntimeError("generate runs on the engine's first rank")
         self.memory.check_can_generate()
+        from transformers import GenerationConfig
+
         stops = set(params.stop_token_ids)
         if not params.ignore_eos:
             eos = self.eos_token_id

@@ -154,7 +154,7 @@ def main():
     mask = pad([torch.ones(len(r)) for r in rollout_lps])
     agreement = logprob_agreement(pad(rollout_lps), pad(trainer_lps), mask)
 
-    baseline = measure_baseline(actor, engine)
+    baseline = measure_baseline(actor, engine, args.syncs)
     progress('baseline measured')
     if rank == 0:
         median = statistics.median(r["seconds"] for r in everything[0]["sync"])
@@ -179,25 +179,28 @@ def main():
     topology.destroy()
 
 
-def measure_baseline(actor, engine) -> dict:
-    """verl's way, in the same run: every rank gathers every tensor in full (mbridge's export), the owner pushes
-    HF tensors through SGLang's own loader; and a plain device-to-device copy of the model's bytes."""
+def measure_baseline(actor, engine, repeats: int) -> dict:
+    """verl's way, in the same run and as often as ours: every rank gathers every tensor in full (mbridge's
+    export), the owner pushes HF tensors through SGLang's own loader; and a plain device-to-device copy of the
+    model's bytes."""
     engine.resume_memory()
-    dist.barrier()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    start = time.perf_counter()
-    full = [(name, tensor.detach()) for name, tensor in actor.export_hf()]
-    if engine.is_owner:
-        ok, message = engine.engine.update_weights_from_tensor(full, load_format=None, flush_cache=True)
-        assert ok, message
-    torch.cuda.synchronize()
-    dist.barrier()
-    seconds = time.perf_counter() - start
-    extra = (torch.cuda.max_memory_allocated() - before) / GB
-    nbytes = sum(t.numel() * t.element_size() for _, t in full)
-    del full
+    runs, extras = [], []
+    for _ in range(repeats):
+        dist.barrier()
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        start = time.perf_counter()
+        full = [(name, tensor.detach()) for name, tensor in actor.export_hf()]
+        if engine.is_owner:
+            ok, message = engine.engine.update_weights_from_tensor(full, load_format=None, flush_cache=True)
+            assert ok, message
+        torch.cuda.synchronize()
+        dist.barrier()
+        runs.append(time.perf_counter() - start)
+        extras.append((torch.cuda.max_memory_allocated() - before) / GB)
+        nbytes = sum(t.numel() * t.element_size() for _, t in full)
+        del full
     source = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
     target = torch.empty_like(source)
     target.copy_(source)
@@ -207,8 +210,8 @@ def measure_baseline(actor, engine) -> dict:
     torch.cuda.synchronize()
     copy_s = time.perf_counter() - start
     return {"what": "all-gather full HF tensors on every rank + SGLang load_weights (verl-style)",
-            "sync_s": seconds, "sync_extra_mem_gb": extra, "model_gb": nbytes / GB,
-            "d2d_copy_s_of_model_bytes": copy_s}
+            "sync_s": statistics.median(runs), "sync_s_runs": runs, "sync_extra_mem_gb": max(extras),
+            "model_gb": nbytes / GB, "d2d_copy_s_of_model_bytes": copy_s}
 
 
 if __name__ == "__main__":
