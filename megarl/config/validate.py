@@ -194,7 +194,12 @@ def _check_meshes(cfg: MegaRLConfig, problems: list[str]) -> None:
             "critic.enable_resource_pool=true needs trainer.launcher=ray (under torchrun every role shares the "
             "job's processes)"
         )
-    rollout_tp = cfg.rollout.tensor_model_parallel_size
+    rollout_tp, train_tp = cfg.rollout.tensor_model_parallel_size, cfg.actor.megatron.tensor_model_parallel_size
+    if rollout_tp >= 1 and train_tp >= 1 and max(rollout_tp, train_tp) % min(rollout_tp, train_tp):
+        problems.append(
+            f"rollout.tensor_model_parallel_size={rollout_tp} and actor.megatron.tensor_model_parallel_size="
+            f"{train_tp} must divide one another (each GPU's engine rank is built from whole training shards)"
+        )
     if rollout_tp >= 1 and cfg.trainer.n_gpus_per_node % rollout_tp:
         problems.append(
             f"rollout.tensor_model_parallel_size={rollout_tp} must divide trainer.n_gpus_per_node="
@@ -257,11 +262,12 @@ def _check_against_model(cfg: MegaRLConfig, problems: list[str]) -> None:
         where = f"{cfg.model.path}/config.json"
         _check_mesh_fits_model(problems, "actor", cfg.actor.megatron, hf, where)
         heads = hf.get("num_attention_heads")
+        kv_heads = hf.get("num_key_value_heads") or heads
         rollout_tp = cfg.rollout.tensor_model_parallel_size
-        if heads and rollout_tp >= 1 and heads % rollout_tp:
+        if heads and rollout_tp >= 1 and (heads % rollout_tp or kv_heads % rollout_tp):
             problems.append(
                 f"rollout.tensor_model_parallel_size={rollout_tp} must divide the model's {heads} attention "
-                f"heads ({where}): use one of {_divisors(heads)}"
+                f"heads and {kv_heads} key/value heads ({where}): use one of {_divisors(kv_heads)}"
             )
         max_positions = hf.get("max_position_embeddings")
         total = cfg.data.max_prompt_length + cfg.data.max_response_length

@@ -100,8 +100,11 @@ def _build(hf_path, megatron: MegatronConfig, *, trainable: bool, value_head: bo
     return bridge, model
 
 
-def build_actor(hf_path, megatron: MegatronConfig, optim: OptimConfig, total_steps: int, bf16: bool = False) -> RoleModel:
-    bridge, model = _build(hf_path, megatron, trainable=True, value_head=False, bf16=bf16)
+def build_actor(hf_path, megatron: MegatronConfig, optim: OptimConfig, total_steps: int, bf16: bool = False,
+                load_weights: bool = True) -> RoleModel:
+    """The trained policy; `load_weights=False` keeps megatron's random initialisation (only `config.json` is
+    read), for benchmarks of shapes whose weights would take long to write and read."""
+    bridge, model = _build(hf_path, megatron, trainable=True, value_head=False, bf16=bf16, load_weights=load_weights)
     return RoleModel("actor", bridge, model, *_optimizer(model, optim, megatron, total_steps, bf16))
 
 

@@ -52,13 +52,16 @@ def main():
     parser.add_argument("--response-len", type=int, default=256)
     parser.add_argument("--syncs", type=int, default=3)
     parser.add_argument("--weight-check", action="store_true")
+    parser.add_argument("--random-init", action="store_true",
+                        help="MODEL_DIR holds only config.json: megatron initialises randomly, SGLang loads dummy weights")
     args = parser.parse_args()
 
     topology.init_distributed(timeout_s=600)
     topology.init_model_parallel(tp=args.tp)
     rank, world = dist.get_rank(), dist.get_world_size()
     actor = build_actor(args.model_dir, MegatronConfig(tensor_model_parallel_size=args.tp),
-                        OptimConfig(lr=1e-5, weight_decay=0.0), total_steps=1, bf16=True)
+                        OptimConfig(lr=1e-5, weight_decay=0.0), total_steps=1, bf16=True,
+                        load_weights=not args.random_init)
 
     def loss_fn(logits, packed):
         logprobs, _ = vocab_parallel_logprobs_and_entropy(logits, packed.labels)
@@ -71,17 +74,18 @@ def main():
     progress('trained one step')
 
     exported_dir = os.path.join(os.path.dirname(args.out), f"exported-tp{args.tp}")
-    exported = actor.export_hf()
-    if rank == 0:
-        write_hf_checkpoint(((n, t.cpu()) for n, t in exported), exported_dir)
-        for name in ("config.json", "generation_config.json"):
-            if os.path.exists(os.path.join(args.model_dir, name)):
-                shutil.copy(os.path.join(args.model_dir, name), exported_dir)
-    else:
-        for _ in exported:
-            pass
-    dist.barrier()
-    progress('exported')
+    if args.weight_check:  # SGLang loads the trainer's weights itself: the reference its checker compares with
+        exported = actor.export_hf()
+        if rank == 0:
+            write_hf_checkpoint(((n, t.cpu()) for n, t in exported), exported_dir)
+            for name in ("config.json", "generation_config.json"):
+                if os.path.exists(os.path.join(args.model_dir, name)):
+                    shutil.copy(os.path.join(args.model_dir, name), exported_dir)
+        else:
+            for _ in exported:
+                pass
+        dist.barrier()
+        progress('exported')
 
     hf_config = load_hf_config(args.model_dir)
     attention, tied = AttentionShape.of(hf_config), bool(getattr(hf_config, "tie_word_embeddings", False))
@@ -93,7 +97,8 @@ def main():
         exported_dir if args.weight_check else args.model_dir, engine_ranks=slot.engine_ranks,
         local_devices=slot.engine_ranks, group=groups[slot.engine_ranks], vocab_size=hf_config.vocab_size,
         num_kv_heads=hf_config.num_key_value_heads, mem_fraction_static=0.4, seed=slot.engine,
-        engine_kwargs={"attention_backend": "triton", "sampling_backend": "pytorch", "cuda_graph_max_bs_decode": 64},
+        engine_kwargs={"attention_backend": "triton", "sampling_backend": "pytorch", "cuda_graph_max_bs_decode": 64,
+                       **({"load_format": "dummy"} if args.random_init else {})},
     )
     dist.barrier()
     engine_start_s = time.perf_counter() - start
@@ -160,7 +165,7 @@ def main():
         median = statistics.median(r["seconds"] for r in everything[0]["sync"])
         row = {
             "what": "reshard", "tp": args.tp, "rollout_tp": args.rollout_tp, "world_size": world,
-            "engine_start_s": round(engine_start_s, 1),
+            "engine_start_s": round(engine_start_s, 1), "random_init": args.random_init,
             "sync_s": median, "sync_s_runs": [r["seconds"] for r in everything[0]["sync"]],
             "sync_bytes_received_per_rank": [e["sync"][-1]["bytes_received"] for e in everything],
             "sync_extra_mem_gb": max(e["sync"][-1]["peak_extra_bytes"] for e in everything) / GB,

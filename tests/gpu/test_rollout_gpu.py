@@ -52,15 +52,40 @@ def test_sglang_sync(model_dir, tmp_path, tp, rollout_tp):
         assert set(row["sync_bytes_received_per_rank"]) == {0}  # each rank handed over its own shard
 
 
-def _record(row, tp, rollout_tp, gpus):
+@pytest.mark.skipif(torch.cuda.device_count() < 4, reason="needs 4 GPUs (nvidia-h200-x4)")
+def test_qwen3_8b_tp4_sync_within_a_second(tmp_path):
+    """Qwen3-8B's shape at TP4 → TP4 (config only: megatron's random init, SGLang's dummy weights; the 0.5B runs
+    check the weights exactly): the sync must take at most a second and agree on log-probs."""
+    from transformers import AutoConfig
+
+    from megarl.models.shapes import SHAPES
+
+    AutoConfig.for_model(**SHAPES["qwen3-8b"]).save_pretrained(tmp_path / "qwen3-8b")
+    out = tmp_path / "row.json"
+    env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4",
+           str(REPO_ROOT / "tests/gpu/rollout_worker.py"), str(tmp_path / "qwen3-8b"), str(out), "--tp", "4",
+           "--rollout-tp", "4", "--random-init", "--prompts", "32", "--response-len", "128"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-8000:]
+    row = json.loads(out.read_text())
+    _record(row, 4, 4, 4, shape="qwen3-8b")
+    assert row["sync_s"] <= 1.0, row
+    assert row["logprob_mult_error"] <= 1.05, row
+    assert set(row["sync_bytes_received_per_rank"]) == {0}
+
+
+def _record(row, tp, rollout_tp, gpus, shape=SHAPE):
     out = os.environ.get("MEGARL_RESULTS_DIR")
     if not out:
         return
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     full = {"date": datetime.date.today().isoformat(), "commit": os.environ.get("MEGARL_COMMIT", commit),
             "machine": "nvidia-h200" if gpus == 1 else f"nvidia-h200-x{gpus}",
-            "command": f"MEGARL_RESULTS_DIR=$OUT python -m pytest tests/gpu/test_rollout_gpu.py -k tp{tp}-to-tp{rollout_tp}",
-            "model_shape": SHAPE, "dtype": "bf16", "pp": 1, "cp": 1, "backend": "sglang", **row}
+            "command": "MEGARL_RESULTS_DIR=$OUT python -m pytest tests/gpu/test_rollout_gpu.py "
+                       + (f"-k tp{tp}-to-tp{rollout_tp}" if shape == SHAPE else "-k qwen3_8b"),
+            "model_shape": shape, "dtype": "bf16", "pp": 1, "cp": 1, "backend": "sglang", **row}
     path = os.path.join(out, "rollout_gpu.json")
     rows = json.load(open(path)) if os.path.exists(path) else []
     with open(path, "w") as f:

@@ -43,6 +43,13 @@ def test_model_parallel_must_divide_world_and_rollout_tp_a_node():
     assert "rollout.tensor_model_parallel_size=3 must divide trainer.n_gpus_per_node=4" in msg
 
 
+def test_rollout_and_training_tp_divide_one_another():
+    grpo = ["algorithm.adv_estimator=grpo", "rollout.n=3", "trainer.n_gpus_per_node=6"]
+    msg = one_problem(*grpo, "rollout.tensor_model_parallel_size=3", "actor.megatron.tensor_model_parallel_size=2")
+    assert "rollout.tensor_model_parallel_size=3 and actor.megatron.tensor_model_parallel_size=2 must divide" in msg
+    load_config(overrides=[*grpo, "rollout.tensor_model_parallel_size=1", "actor.megatron.tensor_model_parallel_size=2"])
+
+
 def test_colocated_critic_shares_the_actors_mesh():
     msg = one_problem("trainer.n_gpus_per_node=2", "actor.megatron.tensor_model_parallel_size=2")
     assert "critic.megatron.tensor_model_parallel_size=2" in msg and "critic.enable_resource_pool=true" in msg
@@ -122,7 +129,7 @@ def test_parallel_sizes_must_fit_the_model(model_dir):
     msg = one_problem(*world, "actor.megatron.pipeline_model_parallel_size=8")
     assert "must divide the model's 28 layers" in msg
     msg = one_problem(*world, "rollout.tensor_model_parallel_size=4")
-    assert "rollout.tensor_model_parallel_size=4 must divide the model's 14 attention heads" in msg
+    assert "rollout.tensor_model_parallel_size=4 must divide the model's 14 attention heads and 2 key/value" in msg
     msg = one_problem(*world, "data.max_prompt_length=1024", "data.max_response_length=1500")
     assert "2524 exceeds the model's max_position_embeddings=2048" in msg
     load_config(overrides=[*world, "actor.megatron.tensor_model_parallel_size=2", "rollout.tensor_model_parallel_size=2"])
