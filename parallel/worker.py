@@ -35,6 +35,17 @@ class Worker:
         return RankLayout(ps.get_data_parallel_rank(), ps.get_data_parallel_world_size(), leader)
 
 
+_HOST: "WorkerHost | None" = None  # this process's host: there is one per worker process
+
+
+def colocated(role: str) -> Worker:
+    """Another role placed in this process (e.g. the rollout engine's actor, whose weights it syncs)."""
+    if _HOST is None or role not in _HOST.roles:
+        placed = sorted(_HOST.roles) if _HOST is not None else []
+        raise LookupError(f"no role {role!r} in this process (placed here: {placed}); spawn it first")
+    return _HOST.roles[role]
+
+
 def to_cpu(value: Any) -> Any:
     """Results leave a worker in host memory: the driver may have no GPU, and another rank's device index
     means nothing here."""
@@ -57,8 +68,10 @@ def _free_port() -> int:
 
 class WorkerHost:
     def __init__(self, rank: int, world_size: int):
+        global _HOST
         self.rank, self.world_size = rank, world_size
         self.roles: dict[str, Worker] = {}
+        _HOST = self
 
     def placement(self) -> dict:
         """Where this process runs: node address, a free port there, the GPUs Ray assigned to it."""

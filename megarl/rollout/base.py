@@ -96,6 +96,13 @@ class RolloutEngine(ABC):
     def __init__(self):
         self.memory = EngineMemory()
 
+    @classmethod
+    @abstractmethod
+    def from_config(cls, cfg, *, engine_ranks: Sequence[int], group, local_devices: Sequence[int], hf_config,
+                    seed: int) -> RolloutEngine:
+        """The engine of the recipe `cfg` on `engine_ranks` (training ranks, engine-rank order; `local_devices`:
+        their CUDA device indices), `group` being a gloo group of those ranks (None for one)."""
+
     @property
     @abstractmethod
     def is_owner(self) -> bool:

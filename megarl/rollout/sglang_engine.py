@@ -97,6 +97,15 @@ class SGLangEngine(RolloutEngine):
                     os.environ["TORCHELASTIC_USE_AGENT_STORE"] = agent_store
             self.deterministic = bool(args.get("enable_deterministic_inference", False))
 
+    @classmethod
+    def from_config(cls, cfg, *, engine_ranks, group, local_devices, hf_config, seed) -> SGLangEngine:
+        """Engine arguments from the recipe: `rollout.gpu_memory_utilization` is SGLang's mem_fraction_static,
+        `rollout.engine_kwargs` pass through (attention_backend, cuda_graph_max_bs_decode, ...)."""
+        return cls(cfg.model.path, engine_ranks=engine_ranks, local_devices=local_devices, group=group,
+                   vocab_size=hf_config.vocab_size, num_kv_heads=hf_config.num_key_value_heads,
+                   mem_fraction_static=cfg.rollout.gpu_memory_utilization, seed=seed,
+                   engine_kwargs=dict(cfg.rollout.engine_kwargs))
+
     @property
     def is_owner(self) -> bool:
         return self.engine is not None

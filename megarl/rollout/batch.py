@@ -1,0 +1,63 @@
+"""The step's data from prompts to responses, as `Batch` columns with verl's names.
+
+A prompt batch carries `prompt_ids` (token lists) and the dataset's fields, plus a `uid` per prompt. After
+generation each prompt appears `n` times in a row (its group, for GRPO-style estimators) with `responses`
+[B, R] (right-padded), `response_mask` [B, R] and `rollout_log_probs` [B, R], and `finish_reason`.
+Model passes take the unpadded `sequences` (prompt + response) and return per-token values that
+`response_values` lays out like `responses`.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from megarl.rollout.base import Response
+from parallel.batch import Batch
+
+
+def prompt_batch(items: dict[str, list], first_uid: int = 0) -> Batch:
+    """From a `PromptLoader` batch (each key: one value per prompt), with uids first_uid, first_uid + 1, ..."""
+    count = len(items["prompt_ids"])
+    return Batch(fields={**items, "uid": [f"{first_uid + i}" for i in range(count)]})
+
+
+def with_responses(prompts: Batch, responses: Sequence[Sequence[Response]]) -> Batch:
+    """`prompts` repeated once per response (a prompt's responses adjacent), with the responses as columns."""
+    if len(responses) != len(prompts):
+        raise ValueError(f"{len(responses)} response groups for {len(prompts)} prompts")
+    n = {len(group) for group in responses}
+    if len(n) != 1:
+        raise ValueError(f"every prompt needs the same number of responses, got {sorted(n)}")
+    flat = [r for group in responses for r in group]
+    width = max((len(r.token_ids) for r in flat), default=0)
+    tokens = torch.zeros(len(flat), width, dtype=torch.long)
+    mask = torch.zeros(len(flat), width)
+    logprobs = torch.zeros(len(flat), width)
+    for i, response in enumerate(flat):
+        length = len(response.token_ids)
+        tokens[i, :length] = torch.tensor(response.token_ids, dtype=torch.long)
+        mask[i, :length] = 1.0
+        logprobs[i, :length] = torch.tensor(response.logprobs, dtype=torch.float32)
+    columns = Batch({"responses": tokens, "response_mask": mask, "rollout_log_probs": logprobs},
+                    {"finish_reason": [r.finish_reason for r in flat]})
+    return prompts.repeat(n.pop()).union(columns)
+
+
+def sequences(batch: Batch) -> list[torch.Tensor]:
+    """Each sample's prompt + response tokens, unpadded."""
+    lengths = batch["response_mask"].sum(dim=1).long().tolist()
+    return [torch.cat([torch.as_tensor(prompt, dtype=torch.long), response[:length]])
+            for prompt, response, length in zip(batch["prompt_ids"], batch["responses"], lengths)]
+
+
+def response_values(batch: Batch, per_sequence: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Per-sequence values of a model pass (position t: about token t + 1, as `compute_logprobs` returns them)
+    → [B, R] aligned with `responses`, zero past each response's end."""
+    out = torch.zeros_like(batch["response_mask"])
+    lengths = batch["response_mask"].sum(dim=1).long().tolist()
+    for i, (prompt, values, length) in enumerate(zip(batch["prompt_ids"], per_sequence, lengths)):
+        start = len(prompt) - 1
+        out[i, :length] = values[start : start + length].float().cpu()
+    return out

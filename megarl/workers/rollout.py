@@ -1,0 +1,78 @@
+"""The rollout role: one engine rank per GPU, next to the actor whose weights it serves (parallel/reshard.py
+places the engines; the group's first rank generates for the prompts dispatched to its engine)."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+from megatron.core import parallel_state
+
+from megarl.config.schema import MegaRLConfig
+from megarl.models.bridge import load_hf_config
+from megarl.models.to_hf import AttentionShape, megatron_to_hf
+from megarl.rollout.base import KV_CACHE, MEMORY_TAGS, ROLLOUT_BACKENDS, WEIGHTS, SamplingParams
+from megarl.rollout.batch import with_responses
+from parallel.batch import Batch
+from parallel.dispatch import Collect, Dispatch, RankLayout, worker_method
+from parallel.reshard import WeightStreamer, engine_slots
+from parallel.worker import Worker, colocated
+
+
+class RolloutWorker(Worker):
+    def __init__(self, cfg: MegaRLConfig, actor_role: str = "actor"):
+        self.cfg = cfg
+        actor = colocated(actor_role).role
+        world, rank = dist.get_world_size(), dist.get_rank()
+        self.slots = engine_slots(world, cfg.actor.megatron.tensor_model_parallel_size,
+                                  cfg.rollout.tensor_model_parallel_size)
+        self.slot = self.slots[rank]
+        devices = [None] * world  # each rank's CUDA device index, for the engine's GPU ids
+        dist.all_gather_object(devices, int(os.environ.get("LOCAL_RANK", "0")))
+        group = None
+        for ranks in sorted({s.engine_ranks for s in self.slots}):  # every rank creates every group, in order
+            created = dist.new_group(list(ranks), backend="gloo") if len(ranks) > 1 else None
+            if ranks == self.slot.engine_ranks:
+                group = created
+        hf_config = load_hf_config(cfg.model.path)
+        self.engine = ROLLOUT_BACKENDS.get(cfg.rollout.name).from_config(
+            cfg, engine_ranks=self.slot.engine_ranks, group=group,
+            local_devices=[devices[r] for r in self.slot.engine_ranks], hf_config=hf_config,
+            seed=cfg.trainer.seed + self.slot.engine)
+        attention, tied = AttentionShape.of(hf_config), bool(getattr(hf_config, "tie_word_embeddings", False))
+        self.streamer = WeightStreamer(actor.model, lambda name, t: megatron_to_hf(name, t, attention, tied),
+                                       self.slot, self.slots,
+                                       pp_group=parallel_state.get_pipeline_model_parallel_group())
+        self.engine.release_memory(MEMORY_TAGS)  # the trainer has the GPU until the first sync
+
+    def layout(self) -> RankLayout:
+        return RankLayout(self.slot.engine, len({s.engine for s in self.slots}), self.engine.is_owner)
+
+    @worker_method(collect=Collect.RANK_ZERO)
+    def sync_weights(self) -> dict[str, float]:
+        """Resume the engine's weights, stream the actor's into them, resume the KV cache; returns the sync's
+        metrics (rank 0's)."""
+        self.engine.resume_memory([WEIGHTS])
+        stats = self.streamer.sync(self.engine.load_weights)
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()  # the sync's buckets, before the KV cache takes its share
+        self.engine.resume_memory([KV_CACHE])
+        return stats.metrics()
+
+    @worker_method()
+    def release(self) -> None:
+        """Give the engine's memory to training."""
+        self.engine.release_memory(MEMORY_TAGS)
+
+    @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
+    def generate(self, prompts: Batch, validate: bool = False, seed: int | None = None) -> Batch | None:
+        """Responses to this engine's share of `prompts` (`prompt_ids` column): rollout.n each, or the validation
+        sampling of rollout.val_kwargs."""
+        if not self.engine.is_owner:
+            return None
+        max_new = self.cfg.data.max_response_length
+        make = SamplingParams.for_validation if validate else SamplingParams.for_training
+        # Engines sample different prompts; distinct seeds keep their random streams apart too.
+        params = make(self.cfg.rollout, max_new, seed=None if seed is None else seed + 100_003 * self.slot.engine)
+        return with_responses(prompts, self.engine.generate(list(prompts["prompt_ids"]), params))

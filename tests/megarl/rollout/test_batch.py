@@ -1,0 +1,37 @@
+import pytest
+import torch
+
+from megarl.rollout.base import Response
+from megarl.rollout.batch import prompt_batch, response_values, sequences, with_responses
+
+
+def make():
+    prompts = prompt_batch({"prompt_ids": [[1, 2, 3], [4, 5]], "data_source": ["gsm8k", "math"]}, first_uid=10)
+    responses = [[Response([7, 8], [-0.1, -0.2], "stop"), Response([9], [-0.3], "length")],
+                 [Response([6, 6, 6], [-1.0, -1.0, -1.0], "length"), Response([5, 4], [-0.5, -0.4], "stop")]]
+    return with_responses(prompts, responses)
+
+
+def test_each_prompt_is_followed_by_its_responses():
+    batch = make()
+    assert list(batch["uid"]) == ["10", "10", "11", "11"] and list(batch["data_source"])[1:3] == ["gsm8k", "math"]
+    assert batch["responses"].tolist() == [[7, 8, 0], [9, 0, 0], [6, 6, 6], [5, 4, 0]]
+    assert batch["response_mask"].tolist() == [[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 0]]
+    assert batch["rollout_log_probs"][0].tolist() == pytest.approx([-0.1, -0.2, 0.0])
+    assert list(batch["finish_reason"]) == ["stop", "length", "length", "stop"]
+
+
+def test_sequences_and_per_token_values_line_up_with_responses():
+    batch = make()
+    assert [s.tolist() for s in sequences(batch)] == [[1, 2, 3, 7, 8], [1, 2, 3, 9], [4, 5, 6, 6, 6], [4, 5, 5, 4]]
+    # a model pass gives, at position t, a value about token t + 1: here the token id itself
+    per_sequence = [s[1:].float() for s in sequences(batch)]
+    assert torch.equal(response_values(batch, per_sequence), batch["responses"].float())
+
+
+def test_response_groups_must_match_the_prompts():
+    prompts = prompt_batch({"prompt_ids": [[1], [2]]})
+    with pytest.raises(ValueError, match="1 response groups for 2 prompts"):
+        with_responses(prompts, [[Response([3], [0.0], "stop")]])
+    with pytest.raises(ValueError, match="same number of responses"):
+        with_responses(prompts, [[Response([3], [0.0], "stop")], []])
