@@ -32,6 +32,7 @@ from megarl.algorithms.losses import (
     entropy_from_logits,
     loss_normalizers,
     register_policy_loss,
+    token_weights,
 )
 from megarl.algorithms.masked import masked_mean, masked_sum, masked_var, masked_whiten
 
@@ -63,4 +64,5 @@ __all__ = [
     "masked_whiten",
     "register_adv_est",
     "register_policy_loss",
+    "token_weights",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from megarl.algorithms.masked import masked_mean, masked_sum
+from megarl.algorithms.masked import masked_mean
 from megarl.registry import Registry
 
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
@@ -24,6 +24,31 @@ def loss_normalizers(loss_mask: torch.Tensor) -> dict[str, torch.Tensor]:
     return {"batch_num_tokens": loss_mask.sum(), "global_batch_size": (loss_mask.sum(-1) > 0).sum()}
 
 
+def token_weights(
+    loss_mask: torch.Tensor,
+    loss_agg_mode: str,
+    batch_num_tokens: torch.Tensor | float | None = None,
+    global_batch_size: torch.Tensor | float | None = None,
+    loss_scale_factor: float | None = None,
+) -> torch.Tensor:
+    """Per-token weights w such that the aggregated loss is Σ w · loss (see `agg_loss`). Being per token, they
+    survive packing and context-parallel splitting: a micro-batch's loss is Σ w · loss over its own tokens."""
+    if loss_agg_mode not in LOSS_AGG_MODES:
+        raise ValueError(f"unknown loss_agg_mode {loss_agg_mode!r}; known: {', '.join(LOSS_AGG_MODES)}")
+    mask = loss_mask.float()
+    if loss_agg_mode == "token-mean":
+        return mask / _at_least_one(mask.sum() if batch_num_tokens is None else batch_num_tokens)
+    tokens_per_seq = mask.sum(dim=-1, keepdim=True)
+    if global_batch_size is None:
+        global_batch_size = (tokens_per_seq > 0).sum()
+    weights = mask / _at_least_one(global_batch_size)
+    if loss_agg_mode == "seq-mean-token-mean":
+        weights = weights / (tokens_per_seq + 1e-8)
+    elif loss_agg_mode == "seq-mean-token-sum-norm":
+        weights = weights / (loss_scale_factor if loss_scale_factor is not None else loss_mask.shape[-1])
+    return weights
+
+
 def agg_loss(
     loss_mat: torch.Tensor,
     loss_mask: torch.Tensor,
@@ -32,6 +57,7 @@ def agg_loss(
     batch_num_tokens: torch.Tensor | float | None = None,
     global_batch_size: torch.Tensor | float | None = None,
     loss_scale_factor: float | None = None,
+    weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Aggregate a [batch, response_length] loss matrix into a scalar.
 
@@ -39,25 +65,12 @@ def agg_loss(
     seq-mean-token-mean: mean over sequences of each sequence's token mean. seq-mean-token-sum-norm (Dr.GRPO):
     seq-mean-token-sum divided by `loss_scale_factor`, a constant (default: the padded response length;
     pass the configured max response length so micro-batches of different padding agree).
-    Fully masked rows contribute nothing and are not counted as sequences.
+    Fully masked rows contribute nothing and are not counted as sequences. `weights` (from `token_weights`,
+    computed where whole sequences are visible) replace the mode and counts.
     """
-    if loss_agg_mode == "token-mean":
-        if batch_num_tokens is None:
-            batch_num_tokens = loss_mask.sum()
-        return masked_sum(loss_mat, loss_mask) / _at_least_one(batch_num_tokens) * dp_size
-    if loss_agg_mode not in LOSS_AGG_MODES:
-        raise ValueError(f"unknown loss_agg_mode {loss_agg_mode!r}; known: {', '.join(LOSS_AGG_MODES)}")
-    tokens_per_seq = loss_mask.sum(dim=-1)
-    seq_losses = (loss_mat * loss_mask).sum(dim=-1)
-    if loss_agg_mode == "seq-mean-token-mean":
-        seq_losses = seq_losses / (tokens_per_seq + 1e-8)
-    seq_mask = (tokens_per_seq > 0).to(loss_mat.dtype)
-    if global_batch_size is None:
-        global_batch_size = seq_mask.sum()
-    loss = masked_sum(seq_losses, seq_mask) / _at_least_one(global_batch_size) * dp_size
-    if loss_agg_mode == "seq-mean-token-sum-norm":
-        loss = loss / (loss_scale_factor if loss_scale_factor is not None else loss_mask.shape[-1])
-    return loss
+    if weights is None:
+        weights = token_weights(loss_mask, loss_agg_mode, batch_num_tokens, global_batch_size, loss_scale_factor)
+    return (loss_mat * weights).sum() * dp_size
 
 
 def _at_least_one(count):
@@ -81,7 +94,7 @@ def compute_policy_loss(
 
     Returns (pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower). For negative advantages the loss is bounded
     by −A·clip_ratio_c, so a huge ratio on a bad action cannot dominate the update.
-    `agg_kwargs` (dp_size, batch_num_tokens, global_batch_size, loss_scale_factor) go to `agg_loss`.
+    `agg_kwargs` (dp_size, batch_num_tokens, global_batch_size, loss_scale_factor, weights) go to `agg_loss`.
     """
     if clip_ratio_c <= 1.0:
         raise ValueError(f"clip_ratio_c must be > 1.0 for dual-clip, got {clip_ratio_c}")

@@ -1,0 +1,61 @@
+"""Driver for test_update.py under torchrun (--nproc-per-node 1 or 2): an ActorWorker of the given mesh computes
+old log-probs, runs the PPO update (clipped loss, entropy bonus, KL loss) on a fixed batch, and computes the
+log-probs again. Rank 0 writes the metrics and log-probs."""
+
+import argparse
+import json
+
+import torch
+import torch.distributed as dist
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("model_dir")
+    parser.add_argument("out")
+    parser.add_argument("--gpus", type=int, default=1)
+    parser.add_argument("--tp", type=int, default=1)
+    parser.add_argument("--cp", type=int, default=1)
+    parser.add_argument("--mini", type=int, default=4, help="actor.ppo_mini_batch_size (prompts)")
+    parser.add_argument("--agg", default="token-mean")
+    parser.add_argument("--dynamic", action="store_true")
+    args = parser.parse_args()
+
+    from megarl.config import load_config
+    from megarl.placement import MAIN_POOL, start_workers
+    from megarl.rollout.base import Response
+    from megarl.rollout.batch import prompt_batch, with_responses
+    from megarl.workers.actor import ActorWorker
+    from parallel.batch import Batch
+
+    cfg = load_config(overrides=[
+        f"model.path={args.model_dir}", "algorithm.adv_estimator=grpo", "rollout.n=2", "rollout.temperature=0.8",
+        f"trainer.n_gpus_per_node={args.gpus}", f"actor.megatron.tensor_model_parallel_size={args.tp}",
+        f"actor.megatron.context_parallel_size={args.cp}", "data.train_batch_size=4", "data.max_response_length=8", "data.max_prompt_length=16",
+        f"actor.ppo_mini_batch_size={args.mini}", "actor.ppo_micro_batch_size_per_gpu=2",
+        f"actor.use_dynamic_bsz={str(args.dynamic).lower()}", "actor.ppo_max_token_len_per_gpu=24",
+        f"actor.loss_agg_mode={args.agg}", "actor.entropy_coeff=0.01", "actor.use_kl_loss=true",
+        "actor.optim.lr=1e-2", "trainer.collective_timeout_s=120",
+    ])
+    prompts = prompt_batch({"prompt_ids": [[5, 17, 33, 2, 9], [40, 41, 42], [7, 8, 9, 10, 11, 12], [99, 3]]})
+    lengths = [[8, 3], [5, 8], [1, 6], [7, 4]]
+    responses = [[Response([(p * 7 + k * 3 + j) % 120 + 1 for j in range(n)], [0.0] * n, "length")
+                  for k, n in enumerate(ns)] for p, ns in enumerate(lengths)]
+    batch = with_responses(prompts, responses)
+    generator = torch.Generator().manual_seed(0)
+    advantages = torch.randn(batch["responses"].shape, generator=generator) * batch["response_mask"]
+    with start_workers(cfg) as cluster:
+        actor = cluster[MAIN_POOL].spawn("actor", ActorWorker, cfg, 1)
+        batch = batch.union(actor.compute_log_prob(batch))
+        batch = batch.union(Batch({"advantages": advantages,
+                                   "ref_log_prob": batch["old_log_probs"] - 0.05 * batch["response_mask"]}))
+        metrics = actor.update_actor(batch)[0]
+        after = actor.compute_log_prob(batch)["old_log_probs"]
+        if dist.get_rank() == 0:
+            with open(args.out, "w") as f:
+                json.dump({"metrics": metrics, "old": batch["old_log_probs"].tolist(), "after": after.tolist(),
+                           "advantages": advantages.tolist(), "mask": batch["response_mask"].tolist()}, f)
+
+
+if __name__ == "__main__":
+    main()
