@@ -1,6 +1,7 @@
-"""Driver for test_update.py under torchrun (--nproc-per-node 1 or 2): an ActorWorker of the given mesh computes
-old log-probs, runs the PPO update (clipped loss, entropy bonus, KL loss) on a fixed batch, and computes the
-log-probs again. Rank 0 writes the metrics and log-probs."""
+"""Driver for test_update.py under torchrun (--nproc-per-node 1 or 2): actor, reference and critic roles of the
+given mesh, colocated. The actor computes old log-probs, runs the PPO update (clipped loss, entropy bonus, KL
+loss) on a fixed batch and computes the log-probs again; the reference scores the batch; the critic computes
+values, runs its update and computes values again. Rank 0 writes the metrics and tensors."""
 
 import argparse
 import json
@@ -26,12 +27,15 @@ def main():
     from megarl.rollout.base import Response
     from megarl.rollout.batch import prompt_batch, with_responses
     from megarl.workers.actor import ActorWorker
+    from megarl.workers.critic import CriticWorker
+    from megarl.workers.reference import ReferenceWorker
     from parallel.batch import Batch
 
     cfg = load_config(overrides=[
         f"model.path={args.model_dir}", "algorithm.adv_estimator=grpo", "rollout.n=2", "rollout.temperature=0.8",
         f"trainer.n_gpus_per_node={args.gpus}", f"actor.megatron.tensor_model_parallel_size={args.tp}",
-        f"actor.megatron.context_parallel_size={args.cp}", "data.train_batch_size=4", "data.max_response_length=8", "data.max_prompt_length=16",
+        f"actor.megatron.context_parallel_size={args.cp}", f"critic.megatron.tensor_model_parallel_size={args.tp}",
+        f"critic.megatron.context_parallel_size={args.cp}", "critic.optim.lr=1e-2", "data.train_batch_size=4", "data.max_response_length=8", "data.max_prompt_length=16",
         f"actor.ppo_mini_batch_size={args.mini}", "actor.ppo_micro_batch_size_per_gpu=2",
         f"actor.use_dynamic_bsz={str(args.dynamic).lower()}", "actor.ppo_max_token_len_per_gpu=24",
         f"actor.loss_agg_mode={args.agg}", "actor.entropy_coeff=0.01", "actor.use_kl_loss=true",
@@ -46,15 +50,24 @@ def main():
     advantages = torch.randn(batch["responses"].shape, generator=generator) * batch["response_mask"]
     with start_workers(cfg) as cluster:
         actor = cluster[MAIN_POOL].spawn("actor", ActorWorker, cfg, 1)
+        reference = cluster[MAIN_POOL].spawn("reference", ReferenceWorker, cfg)
+        critic = cluster[MAIN_POOL].spawn("critic", CriticWorker, cfg, 1)
         batch = batch.union(actor.compute_log_prob(batch))
+        ref_log_prob = reference.compute_ref_log_prob(batch)["ref_log_prob"]
         batch = batch.union(Batch({"advantages": advantages,
                                    "ref_log_prob": batch["old_log_probs"] - 0.05 * batch["response_mask"]}))
         metrics = actor.update_actor(batch)[0]
         after = actor.compute_log_prob(batch)["old_log_probs"]
+        values = critic.compute_values(batch)["values"]
+        returns = torch.randn(values.shape, generator=generator) * batch["response_mask"]
+        critic_metrics = critic.update_critic(batch.union(Batch({"values": values, "returns": returns})))[0]
+        values_after = critic.compute_values(batch)["values"]
         if dist.get_rank() == 0:
             with open(args.out, "w") as f:
                 json.dump({"metrics": metrics, "old": batch["old_log_probs"].tolist(), "after": after.tolist(),
-                           "advantages": advantages.tolist(), "mask": batch["response_mask"].tolist()}, f)
+                           "advantages": advantages.tolist(), "mask": batch["response_mask"].tolist(),
+                           "ref_log_prob": ref_log_prob.tolist(), "critic_metrics": critic_metrics,
+                           "values": values.tolist(), "values_after": values_after.tolist()}, f)
 
 
 if __name__ == "__main__":
