@@ -1,0 +1,64 @@
+"""The loop's driver-side stages, each a function of the step's `Batch` that returns new columns: rule or
+custom scores, KL-penalised rewards, advantages, and verl's data metrics."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from megarl.algorithms import apply_kl_penalty, compute_advantage, masked_mean
+from megarl.config.schema import AlgorithmConfig
+from megarl.rewards.scorer import RewardScorer
+from parallel.batch import Batch
+
+
+def score(batch: Batch, scorer: RewardScorer) -> tuple[Batch, dict[str, float]]:
+    """`token_level_scores` [B, R]: each response's score on its last token."""
+    extra = list(batch["extra_info"]) if "extra_info" in batch else None
+    truths = [reward_model["ground_truth"] for reward_model in batch["reward_model"]]
+    result = scorer(batch["responses"], batch["response_mask"], list(batch["data_source"]), truths, extra)
+    return Batch({"token_level_scores": result.token_level_scores}), result.metrics
+
+
+def rewards(batch: Batch, algorithm: AlgorithmConfig, kl_controller) -> tuple[Batch, dict[str, float]]:
+    """`token_level_rewards`: the scores, minus β·KL(actor ‖ reference) per token with `use_kl_in_reward` (β from
+    the controller, which the batch's KL then updates)."""
+    if not algorithm.use_kl_in_reward:
+        return Batch({"token_level_rewards": batch["token_level_scores"]}), {}
+    penalised, current_kl = apply_kl_penalty(batch["token_level_scores"], batch["old_log_probs"],
+                                             batch["ref_log_prob"], batch["response_mask"], kl_controller.value,
+                                             algorithm.kl_penalty)
+    metrics = {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": kl_controller.value}
+    kl_controller.update(current_kl, n_steps=len(batch))
+    return Batch({"token_level_rewards": penalised}), metrics
+
+
+def advantages(batch: Batch, algorithm: AlgorithmConfig) -> Batch:
+    """`advantages` and `returns` [B, R] from the registered estimator; responses of one prompt share a `uid`."""
+    advantage, returns = compute_advantage(
+        algorithm.adv_estimator,
+        token_level_rewards=batch["token_level_rewards"], response_mask=batch["response_mask"],
+        values=batch["values"] if "values" in batch else None, index=np.asarray(batch["uid"]),
+        reward_baselines=batch["reward_baselines"] if "reward_baselines" in batch else None,
+        gamma=algorithm.gamma, lam=algorithm.lam, norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo,
+    )
+    return Batch({"advantages": advantage, "returns": returns})
+
+
+def data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
+    """verl's `critic/*` and `response_length/*` metrics of a scored, rewarded, advantaged batch."""
+    mask = batch["response_mask"]
+    lengths = mask.sum(dim=-1)
+    metrics = {
+        "critic/score/mean": batch["token_level_scores"].sum(-1).mean().item(),
+        "critic/rewards/mean": batch["token_level_rewards"].sum(-1).mean().item(),
+        "critic/advantages/mean": masked_mean(batch["advantages"], mask).item(),
+        "critic/returns/mean": masked_mean(batch["returns"], mask).item(),
+        "response_length/mean": lengths.mean().item(),
+        "response_length/max": lengths.max().item(),
+        "response_length/min": lengths.min().item(),
+        "response_length/clip_ratio": (lengths >= max_response_length).float().mean().item(),
+    }
+    if "values" in batch:
+        metrics["critic/values/mean"] = masked_mean(batch["values"], mask).item()
+    return metrics
+

@@ -1,0 +1,68 @@
+import pytest
+import torch
+
+from megarl.algorithms import make_kl_controller
+from megarl.config import load_config
+from megarl.rewards.registry import default_compute_score
+from megarl.rewards.scorer import RewardScorer
+from megarl.rollout.base import Response
+from megarl.rollout.batch import prompt_batch, with_responses
+from megarl.trainer.stages import advantages, data_metrics, rewards, score
+from parallel.batch import Batch
+
+
+@pytest.fixture
+def batch(tokenizer):
+    def encode(text):
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    prompts = prompt_batch({"prompt_ids": [encode("How many clips?"), encode("Natalia sold")],
+                            "data_source": ["openai/gsm8k", "openai/gsm8k"],
+                            "reward_model": [{"ground_truth": "72"}, {"ground_truth": "48"}]})
+    texts = [["The answer is #### 72", "#### 71"], ["#### 48", "so #### 48"]]
+    responses = [[Response(encode(t), [0.0] * len(encode(t)), "stop") for t in group] for group in texts]
+    return with_responses(prompts, responses)
+
+
+def test_scores_sit_on_each_response_last_token(batch, tokenizer):
+    scored, metrics = score(batch, RewardScorer(tokenizer, default_compute_score))
+    scores = scored["token_level_scores"]
+    assert scores.sum(-1).tolist() == [1.0, 0.0, 1.0, 1.0] and metrics == {"reward/num_errors": 0.0}
+    last = batch["response_mask"].sum(-1).long() - 1
+    assert torch.equal(scores[torch.arange(4), last], scores.sum(-1))
+
+
+def test_kl_in_reward_penalises_and_updates_the_controller(batch):
+    scores = Batch({"token_level_scores": torch.ones(batch["responses"].shape) * batch["response_mask"]})
+    batch = batch.union(scores).union(Batch({"old_log_probs": torch.zeros(batch["responses"].shape),
+                                             "ref_log_prob": torch.full(batch["responses"].shape, -0.5)}))
+    plain, metrics = rewards(batch, load_config().algorithm, None)
+    assert torch.equal(plain["token_level_rewards"], batch["token_level_scores"]) and metrics == {}
+    algorithm = load_config(overrides=["algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.type=adaptive",
+                                       "algorithm.kl_ctrl.kl_coef=0.1"]).algorithm
+    controller = make_kl_controller("adaptive", 0.1, target_kl=0.1, horizon=10)
+    penalised, metrics = rewards(batch, algorithm, controller)
+    expected = (batch["token_level_scores"] - 0.1 * 0.5 * batch["response_mask"])
+    assert torch.allclose(penalised["token_level_rewards"], expected)
+    assert metrics["actor/reward_kl_penalty"] == pytest.approx(0.5) and controller.value != 0.1
+
+
+def test_grpo_advantages_are_relative_to_the_prompts_group(batch):
+    scores = torch.zeros(batch["responses"].shape)
+    last = batch["response_mask"].sum(-1).long() - 1
+    scores[torch.arange(4), last] = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    batch = batch.union(Batch({"token_level_scores": scores, "token_level_rewards": scores}))
+    algorithm = load_config(overrides=["algorithm.adv_estimator=grpo", "rollout.n=2"]).algorithm
+    out = advantages(batch, algorithm)
+    per_sequence = [row[m.bool()][0].item() for row, m in zip(out["advantages"], batch["response_mask"])]
+    assert per_sequence[0] > 0 > per_sequence[1] and per_sequence[2:] == [0.0, 0.0]  # the second group ties
+    metrics = data_metrics(batch.union(out), max_response_length=4)
+    assert metrics["critic/score/mean"] == 0.75 and metrics["response_length/max"] == 5
+    assert metrics["response_length/clip_ratio"] == 0.5  # responses of ≥ 4 tokens hit the limit
+
+
+def test_gae_uses_the_critic_values(batch):
+    rewards_ = torch.zeros(batch["responses"].shape)
+    batch = batch.union(Batch({"token_level_rewards": rewards_, "values": torch.ones(rewards_.shape)}))
+    out = advantages(batch, load_config().algorithm)  # gae, gamma = lam = 1: returns are the rewards to go
+    assert torch.allclose(out["returns"] * batch["response_mask"], rewards_)
