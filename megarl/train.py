@@ -9,6 +9,7 @@ from typing import Sequence
 
 from megarl.config import ConfigError, MegaRLConfig, describe_keys, load_config, save_config
 from megarl.placement import describe_placement
+from parallel.controller import WorkerError
 
 
 def check_runnable(cfg: MegaRLConfig) -> None:
@@ -63,12 +64,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(describe_placement(cfg))
     if args.dry_run:
         return 0
-    print(
-        "error: this build of megarl has no RL loop yet (it lands with issue #6); "
-        "use --dry-run to validate a recipe",
-        file=sys.stderr,
-    )
-    return 2
+    from megarl.trainer.loop import train
+
+    try:
+        train(cfg)
+    except WorkerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

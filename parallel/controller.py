@@ -103,8 +103,9 @@ def raise_if_failed(outcome: tuple[str, Any], label: tuple[str, str], rank: int,
 
 
 class Cluster:
-    def __init__(self, groups: dict[str, WorkerGroup], launcher: str):
-        self.groups, self.launcher = groups, launcher
+    def __init__(self, groups: dict[str, WorkerGroup], launcher: str, is_driver: bool = True):
+        """`is_driver`: whether this process writes the run's outputs (the Ray driver; rank 0 under torchrun)."""
+        self.groups, self.launcher, self.is_driver = groups, launcher, is_driver
 
     def __getitem__(self, pool: str) -> WorkerGroup:
         return self.groups[pool]
@@ -143,7 +144,8 @@ def start_cluster(pools: Sequence[PoolSpec], launcher: str = "auto", timeout_s: 
                 "under torchrun every role shares the job's processes: separate resource pools "
                 f"({', '.join(p.name for p in pools)}) need the Ray launcher"
             )
-        return Cluster({pools[0].name: SpmdWorkerGroup(pools[0], timeout_s)}, launcher)
+        group = SpmdWorkerGroup(pools[0], timeout_s)
+        return Cluster({pools[0].name: group}, launcher, is_driver=group.rank == 0)
     try:
         from parallel.ray_backend import RayWorkerGroup
     except ImportError as e:

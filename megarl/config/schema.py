@@ -126,6 +126,7 @@ class RolloutConfig:
     top_p: float = 1.0
     top_k: int = -1
     gpu_memory_utilization: float = 0.5  # the engine's share of GPU memory (SGLang mem_fraction_static)
+    max_logprob_mult_error: Optional[float] = None  # stop when rollout/logprob_mult_error exceeds it (e.g. 1.05)
     val_kwargs: ValSamplingConfig = field(default_factory=ValSamplingConfig)
     engine_kwargs: Dict[str, Any] = field(default_factory=dict)  # passed to the engine as they are
 

@@ -116,6 +116,9 @@ def _check_sizes(cfg: MegaRLConfig, problems: list[str]) -> None:
     for key, value in positive.items():
         if value < 1:
             problems.append(f"{key}={value} must be at least 1")
+    limit = cfg.rollout.max_logprob_mult_error
+    if limit is not None and limit <= 1:
+        problems.append(f"rollout.max_logprob_mult_error={limit} must be > 1 (1 is exact agreement), e.g. 1.05")
     if not 0 < cfg.rollout.gpu_memory_utilization < 1:
         problems.append(f"rollout.gpu_memory_utilization={cfg.rollout.gpu_memory_utilization} must be in (0, 1)")
 

@@ -66,13 +66,18 @@ class RolloutWorker(Worker):
         self.engine.release_memory(MEMORY_TAGS)
 
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
-    def generate(self, prompts: Batch, validate: bool = False, seed: int | None = None) -> Batch | None:
-        """Responses to this engine's share of `prompts` (`prompt_ids` column): rollout.n each, or the validation
-        sampling of rollout.val_kwargs."""
+    def generate(self, prompts: Batch, validate: bool = False, greedy: bool = False,
+                 seed: int | None = None) -> Batch | None:
+        """Responses to this engine's share of `prompts` (`prompt_ids` column): rollout.n each, the validation
+        sampling of rollout.val_kwargs (`validate`), or one greedy response each (`greedy`: ReMax's baseline)."""
         if not self.engine.is_owner:
             return None
         max_new = self.cfg.data.max_response_length
-        make = SamplingParams.for_validation if validate else SamplingParams.for_training
         # Engines sample different prompts; distinct seeds keep their random streams apart too.
-        params = make(self.cfg.rollout, max_new, seed=None if seed is None else seed + 100_003 * self.slot.engine)
+        seed = None if seed is None else seed + 100_003 * self.slot.engine
+        if greedy:
+            params = SamplingParams(n=1, temperature=0.0, max_new_tokens=max_new)
+        else:
+            make = SamplingParams.for_validation if validate else SamplingParams.for_training
+            params = make(self.cfg.rollout, max_new, seed=seed)
         return with_responses(prompts, self.engine.generate(list(prompts["prompt_ids"]), params))

@@ -27,11 +27,6 @@ def test_dry_run_writes_the_resolved_config(runnable, tmp_path, capsys):
     assert load_config(written) == load_config(overrides=runnable)
 
 
-def test_without_dry_run_it_says_the_loop_is_not_built_yet(runnable, capsys):
-    assert main(runnable) == 2
-    assert "no RL loop yet" in capsys.readouterr().err
-
-
 def test_bad_input_is_an_error_naming_the_key(runnable, tmp_path, capsys):
     assert main(["--dry-run", *runnable, "rollout.nn=3"]) == 2
     assert "unknown key 'rollout.nn'. Did you mean rollout.n" in capsys.readouterr().err
