@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Sequence
 
 from megarl.config import ConfigError, MegaRLConfig, describe_keys, load_config, save_config
+from megarl.data.dataset import DataError
 from megarl.placement import describe_placement
+from megarl.rewards.scorer import RewardFunctionError
 from parallel.controller import WorkerError
 
 
@@ -68,7 +70,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         train(cfg)
-    except WorkerError as e:
+    except (ConfigError, DataError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except (WorkerError, RewardFunctionError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

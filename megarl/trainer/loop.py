@@ -20,7 +20,7 @@ from megarl.rewards.function import load_reward_function
 from megarl.rewards.scorer import RewardScorer
 from megarl.rollout.batch import prompt_batch
 from megarl.rollout.gates import check_logprob_agreement, logprob_agreement
-from megarl.trainer.metrics import MetricsLogger
+from megarl.trainer.metrics import MetricsLogger, check_loggers
 from megarl.trainer.stages import advantages, data_metrics, rewards, score
 from megarl.workers.actor import ActorWorker
 from megarl.workers.critic import CriticWorker
@@ -41,6 +41,7 @@ def total_steps(cfg: MegaRLConfig, loader: PromptLoader) -> int:
 
 
 def train(cfg: MegaRLConfig) -> None:
+    check_loggers(cfg)
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path,
                                               trust_remote_code=cfg.model.trust_remote_code)
     dataset = RLDataset(cfg.data.train_files, tokenizer, max_prompt_length=cfg.data.max_prompt_length,

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from megarl.config import ConfigError
 from megarl.config.schema import MegaRLConfig
 
 AVAILABLE = ("console",)
@@ -14,12 +15,15 @@ CONSOLE_KEYS = ("critic/score/mean", "actor/pg_loss", "actor/entropy", "actor/pp
                 "response_length/mean", "rollout/logprob_mult_error", "timing_s/step")
 
 
+def check_loggers(cfg: MegaRLConfig) -> None:
+    missing = [name for name in cfg.trainer.logger if name not in AVAILABLE]
+    if missing:
+        raise ConfigError([f"trainer.logger: {missing} not available in this build yet; use {list(AVAILABLE)} "
+                           "(metrics.jsonl is always written)"])
+
+
 class MetricsLogger:
     def __init__(self, cfg: MegaRLConfig, total_steps: int, is_writer: bool):
-        missing = [name for name in cfg.trainer.logger if name not in AVAILABLE]
-        if missing:
-            raise ValueError(f"trainer.logger: {missing} not available in this build yet; use {list(AVAILABLE)} "
-                             f"(metrics.jsonl is always written)")
         self.total_steps, self.is_writer = total_steps, is_writer
         self.console = "console" in cfg.trainer.logger
         self.path = Path(cfg.trainer.output_dir) / "metrics.jsonl"

@@ -37,3 +37,8 @@ def test_bad_input_is_an_error_naming_the_key(runnable, tmp_path, capsys):
     assert main(["--dry-run", "--recipe", str(tmp_path / "none.yaml")]) == 2
     assert "recipe" in capsys.readouterr().err
     assert not (tmp_path / "run" / "config.yaml").exists()
+
+
+def test_a_logger_this_build_lacks_is_an_error_before_anything_starts(runnable, capsys):
+    assert main([*runnable, "trainer.logger=[console,wandb]"]) == 2
+    assert "trainer.logger: ['wandb'] not available in this build yet" in capsys.readouterr().err
