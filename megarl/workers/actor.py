@@ -42,10 +42,7 @@ class ActorWorker(Worker):
         """PPO epochs over this rank's part in mini-batches (one optimizer step each) of micro-batches; needs
         `old_log_probs`, `advantages` (and `ref_log_prob` with `actor.use_kl_loss`). Returns verl's `actor/*`
         metrics averaged over the optimizer steps, identical on every rank."""
-        actor = self.cfg.actor
-        metrics = ppo_epochs(batch, actor.ppo_mini_batch_size * self.cfg.rollout.n, actor.ppo_epochs,
-                             self._update_mini_batch)
-        return {f"actor/{key}": value for key, value in metrics.items()}
+        return ppo_epochs(batch, self.cfg.actor, self.cfg.rollout.n, self._update_mini_batch, "actor")
 
     def _update_mini_batch(self, part: Batch) -> dict[str, float]:
         actor, device = self.cfg.actor, self.role.device

@@ -37,10 +37,7 @@ class CriticWorker(Worker):
     def update_critic(self, batch: Batch) -> dict[str, float]:
         """Clipped value-loss epochs over mini-batches; needs `values` and `returns`. Returns verl's
         `critic/vf_loss`, `critic/vf_clipfrac`, `critic/vpred_mean`, `critic/grad_norm`, `critic/lr`."""
-        critic = self.cfg.critic
-        metrics = ppo_epochs(batch, critic.ppo_mini_batch_size * self.cfg.rollout.n, critic.ppo_epochs,
-                             self._update_mini_batch)
-        return {f"critic/{key}": value for key, value in metrics.items()}
+        return ppo_epochs(batch, self.cfg.critic, self.cfg.rollout.n, self._update_mini_batch, "critic")
 
     def _update_mini_batch(self, part: Batch) -> dict[str, float]:
         critic, device = self.cfg.critic, self.role.device

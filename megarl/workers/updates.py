@@ -76,16 +76,18 @@ def reduce_metrics(step: dict[str, float], device) -> dict[str, float]:
     return {**summed, "grad_norm": step["grad_norm"], "lr": step["lr"]}
 
 
-def ppo_epochs(batch: Batch, mini_batch_samples: int, epochs: int,
-               update: Callable[[Batch], dict[str, float]]) -> dict[str, float]:
-    """`update` on each mini-batch of this rank's part (mini_batch_samples across all data-parallel ranks),
-    `epochs` times; metrics averaged over the optimizer steps."""
-    per_rank = mini_batch_samples // parallel_state.get_data_parallel_world_size()
+def ppo_epochs(batch: Batch, section, samples_per_prompt: int, update: Callable[[Batch], dict[str, float]],
+               prefix: str) -> dict[str, float]:
+    """`update` on each mini-batch of this rank's part (`section.ppo_mini_batch_size` prompts × their samples
+    across all data-parallel ranks), `section.ppo_epochs` times; metrics averaged over the optimizer steps and
+    named `prefix/…`."""
+    dp_size = parallel_state.get_data_parallel_world_size()
+    per_rank = section.ppo_mini_batch_size * samples_per_prompt // dp_size
     totals: dict[str, float] = {}
     steps = 0
-    for _ in range(epochs):
+    for _ in range(section.ppo_epochs):
         for start in range(0, len(batch), per_rank):
             for key, value in update(batch.select(indices=slice(start, start + per_rank))).items():
                 totals[key] = totals.get(key, 0.0) + value
             steps += 1
-    return {key: value / steps for key, value in totals.items()}
+    return {f"{prefix}/{key}": value / steps for key, value in totals.items()}
