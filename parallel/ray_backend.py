@@ -23,6 +23,7 @@ from parallel.controller import PoolSpec, WorkerError, WorkerGroup
 from parallel.worker import WorkerHost
 
 PLACEMENT_TIMEOUT_S = float(os.environ.get("MEGARL_PLACEMENT_TIMEOUT_S", "300"))
+GRACEFUL_SHUTDOWN_S = 60.0
 
 
 KEEP_VISIBLE_DEVICES = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
@@ -128,13 +129,21 @@ class RayWorkerGroup(WorkerGroup):
                 outcome = ("error", str(e))
             if outcome[0] == "error":
                 # The other ranks may wait in a collective for the failed one: stop them all now.
-                self.shutdown()
+                self.shutdown(graceful=False)
                 raise WorkerError(label[0], label[1], rank, self.where[rank], outcome[1])
             results[rank] = outcome[1]
         return results
 
-    def shutdown(self) -> None:
-        for actor in getattr(self, "actors", []):
+    def shutdown(self, graceful: bool = True) -> None:
+        """Close the roles (a rollout engine stops its scheduler processes), then end the worker processes.
+        After a failure (`graceful=False`) ranks may be stuck in a collective: they are ended at once."""
+        actors = getattr(self, "actors", [])
+        if graceful and actors:
+            try:
+                ray.get([actor.run.remote("shutdown", False) for actor in actors], timeout=GRACEFUL_SHUTDOWN_S)
+            except (GetTimeoutError, RayError):
+                pass  # ended below either way
+        for actor in actors:
             ray.kill(actor, no_restart=True)
         for group in getattr(self, "placement_groups", []):
             remove_placement_group(group)

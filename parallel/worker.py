@@ -21,7 +21,11 @@ from parallel.dispatch import RankLayout
 
 
 class Worker:
-    """Base of role classes. The host has joined the default process group before a role is built."""
+    """Base of role classes. The host has joined the default process group before a role is built, and closes
+    its roles (last placed first) when the group shuts down."""
+
+    def close(self) -> None:
+        """Release what the role holds outside this process (e.g. a rollout engine's scheduler processes)."""
 
     def layout(self) -> RankLayout:
         """This rank's data-parallel place: megatron's mesh once the role has built one, else every rank is
@@ -90,9 +94,6 @@ class WorkerHost:
         os.environ.update(env)
         topology.init_distributed(timeout_s)
 
-    def device(self) -> str:
-        return f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
-
     def add_role(self, name: str, cls: type, args: tuple, kwargs: dict) -> None:
         if not (isinstance(cls, type) and issubclass(cls, Worker)):
             raise TypeError(f"{cls!r} is not a subclass of parallel.worker.Worker")
@@ -117,5 +118,7 @@ class WorkerHost:
         return "ok", result if keep else None
 
     def shutdown(self) -> None:
+        for role in reversed(list(self.roles.values())):
+            role.close()
         self.roles.clear()
         topology.destroy()

@@ -117,6 +117,9 @@ class RolloutEngine(ABC):
         """Collective over the engine's ranks: this rank's (HF name, tensor or tensor-parallel slice, dim) parts,
         as the reshard layer streams them."""
 
+    def shutdown(self) -> None:
+        """Stop what the engine runs outside this process (nothing, unless a backend says otherwise)."""
+
     def release_memory(self, tags: Sequence[str] = MEMORY_TAGS) -> None:
         self.memory.release(tags)
 

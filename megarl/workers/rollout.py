@@ -60,6 +60,9 @@ class RolloutWorker(Worker):
         self.engine.resume_memory([KV_CACHE])
         return stats.metrics()
 
+    def close(self) -> None:
+        self.engine.shutdown()
+
     @worker_method()
     def release(self) -> None:
         """Give the engine's memory to training."""
