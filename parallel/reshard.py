@@ -29,6 +29,8 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+from parallel import topology
+
 Part = tuple[str, torch.Tensor, "int | None"]  # (HF name, tensor, tensor-parallel dim or None)
 Convert = Callable[[str, torch.Tensor], list[Part]]  # megatron name (global layers) + tensor → HF parts
 
@@ -113,11 +115,7 @@ class WeightStreamer:
                  pp_group=None, bucket_bytes: int = 512 << 20):
         self.model_chunks, self.convert, self.slot, self.bucket_bytes = model_chunks, convert, slot, bucket_bytes
         self.pp_group = pp_group
-        self.gather_group = None
-        for ranks in sorted({s.gather_ranks for s in all_slots}):  # every rank creates every group, in one order
-            group = dist.new_group(list(ranks)) if len(ranks) > 1 else None
-            if ranks == slot.gather_ranks:
-                self.gather_group = group
+        self.gather_group = topology.process_group_of(slot.gather_ranks, (s.gather_ranks for s in all_slots))
         local = [(name, tuple(t.shape), t.dtype) for name, t in local_parameters(model_chunks)]
         stages = [local]
         if pp_group is not None and dist.get_world_size(pp_group) > 1:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+from typing import Iterable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -14,10 +15,22 @@ from megatron.core import parallel_state, tensor_parallel
 from parallel import cpu_compat
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on this host now, for a rendezvous or an engine to bind next."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind(("", 0))
         return s.getsockname()[1]
+
+
+def process_group_of(mine: Sequence[int], rank_sets: Iterable[Sequence[int]], backend: str | None = None):
+    """Create one process group per distinct rank set (every rank calls this with the same sets: group creation
+    is collective) and return the one of `mine`; None for a set of one rank."""
+    found = None
+    for ranks in sorted({tuple(r) for r in rank_sets}):
+        group = dist.new_group(list(ranks), backend=backend) if len(ranks) > 1 else None
+        if ranks == tuple(mine):
+            found = group
+    return found
 
 
 def init_distributed(timeout_s: float = 600.0) -> None:
@@ -28,7 +41,7 @@ def init_distributed(timeout_s: float = 600.0) -> None:
         return
     if "WORLD_SIZE" not in os.environ:
         os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=str(_free_port()))
+                          MASTER_PORT=str(free_port()))
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))

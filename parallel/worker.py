@@ -8,7 +8,6 @@ The host is the same object under both backends: a Ray actor, or a plain object 
 from __future__ import annotations
 
 import os
-import socket
 import traceback
 from typing import Any
 
@@ -64,12 +63,6 @@ def to_cpu(value: Any) -> Any:
     return value
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
 class WorkerHost:
     def __init__(self, rank: int, world_size: int):
         global _HOST
@@ -83,7 +76,7 @@ class WorkerHost:
 
         return {
             "node_ip": ray.util.get_node_ip_address(),
-            "free_port": _free_port(),
+            "free_port": topology.free_port(),
             "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
             "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "pid": os.getpid(),

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 from typing import Any, Sequence
 
 import torch
@@ -24,12 +23,6 @@ from megarl.rollout.base import KV_CACHE, MEMORY_TAGS, ROLLOUT_BACKENDS, Respons
 SGLANG_VOCAB_PADDING = 64  # SGLang pads the vocabulary to this multiple before splitting it over TP ranks
 _QKV = re.compile(r"(.*\.self_attn\.)([qkv])_proj\.(weight|bias)$")
 _GATE_UP = re.compile(r"(.*\.mlp\.)(gate|up)_proj\.weight$")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
 
 
 def fuse_for_sglang(parts: list) -> list[tuple[str, torch.Tensor]]:
@@ -80,11 +73,13 @@ class SGLangEngine(RolloutEngine):
         if dist.get_rank() == self.engine_ranks[0]:
             import sglang
 
+            from parallel.topology import free_port
+
             step = local_devices[1] - local_devices[0] if tp > 1 else 1
             args = dict(
                 model_path=model_path, tp_size=tp, base_gpu_id=local_devices[0], gpu_id_step=step,
                 mem_fraction_static=mem_fraction_static, enable_memory_saver=True, skip_tokenizer_init=True,
-                dtype=dtype, random_seed=seed, port=_free_port(), log_level="error",
+                dtype=dtype, random_seed=seed, port=free_port(), log_level="error",
             )
             args.update(engine_kwargs or {})
             # Under torchrun this variable makes every process group rendezvous through torchrun's store, which

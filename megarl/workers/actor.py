@@ -10,8 +10,8 @@ from megarl.config.schema import MegaRLConfig
 from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
 from megarl.models.roles import build_actor
 from megarl.rollout.batch import response_values, sequences
+from megarl.workers import join_mesh
 from megarl.workers.updates import micro_batches, pack_mini_batch, ppo_epochs, reduce_metrics
-from parallel import topology
 from parallel.batch import Batch
 from parallel.dispatch import Collect, Dispatch, worker_method
 from parallel.worker import Worker
@@ -20,8 +20,7 @@ from parallel.worker import Worker
 class ActorWorker(Worker):
     def __init__(self, cfg: MegaRLConfig, total_steps: int):
         megatron = cfg.actor.megatron
-        topology.init_model_parallel(megatron.tensor_model_parallel_size, megatron.pipeline_model_parallel_size,
-                                     megatron.context_parallel_size, seed=cfg.trainer.seed)
+        join_mesh(megatron, cfg.trainer.seed)
         self.cfg = cfg
         self.role = build_actor(cfg.model.path, megatron, cfg.actor.optim, total_steps, bf16=torch.cuda.is_available())
 

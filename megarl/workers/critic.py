@@ -8,8 +8,8 @@ from megarl.algorithms import compute_value_loss
 from megarl.config.schema import MegaRLConfig
 from megarl.models.roles import build_critic
 from megarl.rollout.batch import response_values, sequences
+from megarl.workers import join_mesh
 from megarl.workers.updates import micro_batches, pack_mini_batch, ppo_epochs, reduce_metrics
-from parallel import topology
 from parallel.batch import Batch
 from parallel.dispatch import Collect, Dispatch, worker_method
 from parallel.worker import Worker
@@ -18,8 +18,7 @@ from parallel.worker import Worker
 class CriticWorker(Worker):
     def __init__(self, cfg: MegaRLConfig, total_steps: int):
         megatron = cfg.critic.megatron
-        topology.init_model_parallel(megatron.tensor_model_parallel_size, megatron.pipeline_model_parallel_size,
-                                     megatron.context_parallel_size, seed=cfg.trainer.seed)
+        join_mesh(megatron, cfg.trainer.seed)
         self.cfg = cfg
         self.role = build_critic(cfg.critic.model.path, megatron, cfg.critic.optim, total_steps,
                                  bf16=torch.cuda.is_available(), seed=cfg.trainer.seed)

@@ -8,8 +8,8 @@ import torch
 from megarl.config.schema import MegaRLConfig
 from megarl.models.roles import build_reference
 from megarl.rollout.batch import response_values, sequences
+from megarl.workers import join_mesh
 from megarl.workers.updates import micro_batches
-from parallel import topology
 from parallel.batch import Batch
 from parallel.dispatch import Collect, Dispatch, worker_method
 from parallel.worker import Worker
@@ -18,8 +18,7 @@ from parallel.worker import Worker
 class ReferenceWorker(Worker):
     def __init__(self, cfg: MegaRLConfig):
         megatron = cfg.actor.megatron  # colocated with the actor: the same mesh
-        topology.init_model_parallel(megatron.tensor_model_parallel_size, megatron.pipeline_model_parallel_size,
-                                     megatron.context_parallel_size, seed=cfg.trainer.seed)
+        join_mesh(megatron, cfg.trainer.seed)
         self.cfg = cfg
         self.role = build_reference(cfg.model.path, megatron, bf16=torch.cuda.is_available())
 

@@ -14,6 +14,7 @@ from megarl.models.bridge import load_hf_config
 from megarl.models.to_hf import AttentionShape, megatron_to_hf
 from megarl.rollout.base import KV_CACHE, MEMORY_TAGS, ROLLOUT_BACKENDS, WEIGHTS, SamplingParams
 from megarl.rollout.batch import with_responses
+from parallel import topology
 from parallel.batch import Batch
 from parallel.dispatch import Collect, Dispatch, RankLayout, worker_method
 from parallel.reshard import WeightStreamer, engine_slots
@@ -30,11 +31,7 @@ class RolloutWorker(Worker):
         self.slot = self.slots[rank]
         devices = [None] * world  # each rank's CUDA device index, for the engine's GPU ids
         dist.all_gather_object(devices, int(os.environ.get("LOCAL_RANK", "0")))
-        group = None
-        for ranks in sorted({s.engine_ranks for s in self.slots}):  # every rank creates every group, in order
-            created = dist.new_group(list(ranks), backend="gloo") if len(ranks) > 1 else None
-            if ranks == self.slot.engine_ranks:
-                group = created
+        group = topology.process_group_of(self.slot.engine_ranks, (s.engine_ranks for s in self.slots), "gloo")
         hf_config = load_hf_config(cfg.model.path)
         self.engine = ROLLOUT_BACKENDS.get(cfg.rollout.name).from_config(
             cfg, engine_ranks=self.slot.engine_ranks, group=group,

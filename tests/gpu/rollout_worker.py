@@ -91,11 +91,12 @@ def main():
     attention, tied = AttentionShape.of(hf_config), bool(getattr(hf_config, "tie_word_embeddings", False))
     slots = engine_slots(world, args.tp, args.rollout_tp)
     slot = slots[rank]
-    groups = {ranks: dist.new_group(list(ranks), backend="gloo") for ranks in sorted({s.engine_ranks for s in slots})}
+    group = topology.process_group_of(slot.engine_ranks, (s.engine_ranks for s in slots), "gloo")
+    engines = len({s.engine for s in slots})
     start = time.perf_counter()
     engine = SGLangEngine(
         exported_dir if args.weight_check else args.model_dir, engine_ranks=slot.engine_ranks,
-        local_devices=slot.engine_ranks, group=groups[slot.engine_ranks], vocab_size=hf_config.vocab_size,
+        local_devices=slot.engine_ranks, group=group, vocab_size=hf_config.vocab_size,
         num_kv_heads=hf_config.num_key_value_heads, mem_fraction_static=0.4, seed=slot.engine,
         engine_kwargs={"attention_backend": "triton", "sampling_backend": "pytorch", "cuda_graph_max_bs_decode": 64,
                        **({"load_format": "dummy"} if args.random_init else {})},
@@ -134,11 +135,11 @@ def main():
     gen_s = 0.0
     if engine.is_owner:
         start = time.perf_counter()
-        generated = engine.generate(prompts[slot.engine::len(groups)], params)
+        generated = engine.generate(prompts[slot.engine::engines], params)
         gen_s = time.perf_counter() - start
     everything = [None] * world
     dist.all_gather_object(everything, {"engine": slot.engine, "owner": engine.is_owner, "gen_s": gen_s,
-                                        "prompt_index": list(range(slot.engine, len(prompts), len(groups))),
+                                        "prompt_index": list(range(slot.engine, len(prompts), engines)),
                                         "responses": [[(r.token_ids, r.logprobs) for r in rs] for rs in generated]
                                         if generated else None, "weight_check": weight_check,
                                         "sync": [vars(r) for r in runs]})

@@ -46,10 +46,8 @@ def main():
     world, rank = dist.get_world_size(), dist.get_rank()
     slots = engine_slots(world, args.tp, args.rollout_tp)
     slot = slots[rank]
-    groups = {}
-    for ranks in sorted({s.engine_ranks for s in slots}):
-        groups[ranks] = dist.new_group(list(ranks)) if len(ranks) > 1 else None
-    engine = TransformersEngine(args.model_dir, engine_ranks=slot.engine_ranks, group=groups[slot.engine_ranks])
+    group = topology.process_group_of(slot.engine_ranks, (s.engine_ranks for s in slots), "gloo")
+    engine = TransformersEngine(args.model_dir, engine_ranks=slot.engine_ranks, group=group)
 
     hf_config = load_hf_config(args.model_dir)
     attention, tied = AttentionShape.of(hf_config), bool(getattr(hf_config, "tie_word_embeddings", False))
