@@ -44,15 +44,22 @@ def parameter_count(shape: str) -> int:
     return c["num_hidden_layers"] * layer + embeddings + c["hidden_size"]
 
 
+def hf_config(shape: str, **overrides):
+    """The HF config of `shape` (values overridable), naming its causal-LM class as a saved model's would."""
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    values = {**SHAPES[shape], **overrides}
+    return AutoConfig.for_model(**values, architectures=[MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[values["model_type"]]])
+
+
 def write_random_checkpoint(shape: str, out: str | Path, seed: int = 0, dtype: torch.dtype = torch.bfloat16,
                             **overrides) -> Path:
     """A HF checkpoint of `shape` (config values overridable, e.g. num_hidden_layers=2) with random weights."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    values = {**SHAPES[shape], **overrides}
-    config = AutoConfig.for_model(**values)
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model = AutoModelForCausalLM.from_config(hf_config(shape, **overrides), dtype=dtype)
     out = Path(out)
     model.save_pretrained(out)
     return out

@@ -53,7 +53,8 @@ def main():
     parser.add_argument("--syncs", type=int, default=3)
     parser.add_argument("--weight-check", action="store_true")
     parser.add_argument("--random-init", action="store_true",
-                        help="MODEL_DIR holds only config.json: megatron initialises randomly, SGLang loads dummy weights")
+                        help="MODEL_DIR holds only config.json: megatron initialises randomly, SGLang loads dummy weights "
+                        "(or, with --weight-check, the trainer's exported ones)")
     args = parser.parse_args()
 
     topology.init_distributed(timeout_s=600)
@@ -99,11 +100,17 @@ def main():
         local_devices=slot.engine_ranks, group=group, vocab_size=hf_config.vocab_size,
         num_kv_heads=hf_config.num_key_value_heads, mem_fraction_static=0.4, seed=slot.engine,
         engine_kwargs={"attention_backend": "triton", "sampling_backend": "pytorch", "cuda_graph_max_bs_decode": 64,
-                       **({"load_format": "dummy"} if args.random_init else {})},
+                       **({"load_format": "dummy"} if args.random_init and not args.weight_check else {})},
     )
     dist.barrier()
     engine_start_s = time.perf_counter() - start
     progress('engine started')
+    floor = None
+    if args.weight_check:  # the numerical floor: the engine holds the trainer's weights, loaded by SGLang itself
+        floor_prompts = [torch.randint(0, vocab, (args.prompt_len,), generator=generator).tolist()
+                         for _ in range(args.prompts)]
+        floor, _ = generate_and_compare(engine, actor, slot, engines, floor_prompts, args.response_len)
+        progress('floor measured')
     if engine.is_owner and args.weight_check:
         assert engine.check_weights("snapshot")[0]  # SGLang's own load of the exported HF tensors
         assert engine.check_weights("reset_tensors")[0]  # poisoned: only a correct sync can restore them
@@ -126,39 +133,14 @@ def main():
         ok, message = engine.check_weights("compare")
         weight_check = "exact" if ok else f"mismatch: {message[:2000]}"
     engine.resume_memory(["kv_cache"])
-    dist.barrier()
+    everything = [None] * world
+    dist.all_gather_object(everything, {"weight_check": weight_check, "sync": [vars(r) for r in runs]})
     progress('synced and checked')
 
     prompts = [torch.randint(0, vocab, (args.prompt_len,), generator=generator).tolist() for _ in range(args.prompts)]
-    params = SamplingParams(n=1, temperature=1.0, max_new_tokens=args.response_len, ignore_eos=True)
-    generated = None
-    gen_s = 0.0
-    if engine.is_owner:
-        start = time.perf_counter()
-        generated = engine.generate(prompts[slot.engine::engines], params)
-        gen_s = time.perf_counter() - start
-    everything = [None] * world
-    dist.all_gather_object(everything, {"engine": slot.engine, "owner": engine.is_owner, "gen_s": gen_s,
-                                        "prompt_index": list(range(slot.engine, len(prompts), engines)),
-                                        "responses": [[(r.token_ids, r.logprobs) for r in rs] for rs in generated]
-                                        if generated else None, "weight_check": weight_check,
-                                        "sync": [vars(r) for r in runs]})
-    owners = [e for e in everything if e["owner"]]
+    agreement, gen_tokens_per_s = generate_and_compare(engine, actor, slot, engines, prompts, args.response_len)
+    engine.release_memory()
     progress('generated')
-    sequences, rollout_lps, lengths = [], [], []
-    for owner in owners:
-        for index, responses in zip(owner["prompt_index"], owner["responses"]):
-            for tokens, logprobs in responses:
-                sequences.append(torch.tensor(prompts[index] + tokens))
-                rollout_lps.append(torch.tensor(logprobs))
-                lengths.append(len(prompts[index]))
-    engine.release_memory()  # training would run now: the trainer's log-prob pass needs the memory back
-    trainer = actor.logprobs(sequences, [list(range(i, min(i + 8, len(sequences)))) for i in range(0, len(sequences), 8)])
-    trainer_lps = [lp[n - 1:].cpu() for lp, n in zip(trainer["logprobs"], lengths)]
-    width = max(len(lp) for lp in rollout_lps)
-    pad = lambda rows: torch.stack([torch.nn.functional.pad(r.float(), (0, width - len(r))) for r in rows])  # noqa
-    mask = pad([torch.ones(len(r)) for r in rollout_lps])
-    agreement = logprob_agreement(pad(rollout_lps), pad(trainer_lps), mask)
 
     baseline = measure_baseline(actor, engine, args.syncs)
     progress('baseline measured')
@@ -171,18 +153,49 @@ def main():
             "sync_bytes_received_per_rank": [e["sync"][-1]["bytes_received"] for e in everything],
             "sync_extra_mem_gb": max(e["sync"][-1]["peak_extra_bytes"] for e in everything) / GB,
             "sync_buckets": runs[-1].buckets, "sync_tensors": runs[-1].tensors,
-            "weight_check": next((e["weight_check"] for e in owners if e["weight_check"]), None),
+            "weight_check": next((e["weight_check"] for e in everything if e["weight_check"]), None),
             "released_gb": free_released - free_with_engine,
-            "gen_tokens_per_s": len(sequences) * args.response_len / max(e["gen_s"] for e in owners),
+            "gen_tokens_per_s": gen_tokens_per_s,
             "prompts": args.prompts, "prompt_len": args.prompt_len, "response_len": args.response_len,
             "logprob_mult_error": agreement["rollout/logprob_mult_error"],
             "logprob_max_abs_diff": agreement["rollout/logprob_max_abs_diff"],
+            "logprob_mult_error_engine_loaded": floor and floor["rollout/logprob_mult_error"],
             "baseline": baseline,
         }
         with open(args.out, "w") as f:
             json.dump(row, f, indent=1)
     engine.shutdown()
     topology.destroy()
+
+
+def generate_and_compare(engine, actor, slot, engines, prompts, response_len):
+    """Every engine samples its share of `prompts`; the trainer scores all responses. Returns the log-prob agreement
+    and the generation throughput."""
+    params = SamplingParams(n=1, temperature=1.0, max_new_tokens=response_len, ignore_eos=True)
+    generated, gen_s = None, 0.0
+    if engine.is_owner:
+        start = time.perf_counter()
+        generated = engine.generate(prompts[slot.engine::engines], params)
+        gen_s = time.perf_counter() - start
+    everything = [None] * dist.get_world_size()
+    dist.all_gather_object(everything, {"gen_s": gen_s, "prompt_index": list(range(slot.engine, len(prompts), engines)),
+                                        "responses": [[(r.token_ids, r.logprobs) for r in rs] for rs in generated]
+                                        if generated else None})
+    owners = [e for e in everything if e["responses"] is not None]
+    sequences, rollout_lps, lengths = [], [], []
+    for owner in owners:
+        for index, responses in zip(owner["prompt_index"], owner["responses"]):
+            for tokens, logprobs in responses:
+                sequences.append(torch.tensor(prompts[index] + tokens))
+                rollout_lps.append(torch.tensor(logprobs))
+                lengths.append(len(prompts[index]))
+    trainer = actor.logprobs(sequences, [list(range(i, min(i + 8, len(sequences)))) for i in range(0, len(sequences), 8)])
+    trainer_lps = [lp[n - 1:].cpu() for lp, n in zip(trainer["logprobs"], lengths)]
+    width = max(len(lp) for lp in rollout_lps)
+    pad = lambda rows: torch.stack([torch.nn.functional.pad(r.float(), (0, width - len(r))) for r in rows])  # noqa
+    mask = pad([torch.ones(len(r)) for r in rollout_lps])
+    return logprob_agreement(pad(rollout_lps), pad(trainer_lps), mask), \
+        len(sequences) * response_len / max(e["gen_s"] for e in owners)
 
 
 def measure_baseline(actor, engine, repeats: int) -> dict:

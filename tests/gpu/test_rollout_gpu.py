@@ -54,25 +54,27 @@ def test_sglang_sync(model_dir, tmp_path, tp, rollout_tp):
 
 @pytest.mark.skipif(torch.cuda.device_count() < 4, reason="needs 4 GPUs (nvidia-h200-x4)")
 def test_qwen3_8b_tp4_sync_within_a_second(tmp_path):
-    """Qwen3-8B's shape at TP4 → TP4 (config only: megatron's random init, SGLang's dummy weights; the 0.5B runs
-    check the weights exactly): the sync must take at most a second and agree on log-probs."""
-    from transformers import AutoConfig
+    """Qwen3-8B's shape at TP4 → TP4 with megatron's random init: the sync must take at most a second and leave the
+    engine's weights exactly equal to the trainer's. Log-probs must agree as well as when SGLang loads the same
+    weights itself: on random weights of this size the bf16 kernels of the two sides differ by a mult error of
+    ~1.065 whatever the sync does (a trained model's peaked distributions give far less), so the 1.05 gate is
+    checked on the 0.5B runs and here the sync must add nothing to the engine's own floor."""
+    from megarl.models.shapes import hf_config
 
-    from megarl.models.shapes import SHAPES
-
-    AutoConfig.for_model(**SHAPES["qwen3-8b"]).save_pretrained(tmp_path / "qwen3-8b")
+    hf_config("qwen3-8b").save_pretrained(tmp_path / "qwen3-8b")
     out = tmp_path / "row.json"
     env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4",
            str(REPO_ROOT / "tests/gpu/rollout_worker.py"), str(tmp_path / "qwen3-8b"), str(out), "--tp", "4",
-           "--rollout-tp", "4", "--random-init", "--prompts", "32", "--response-len", "128"]
+           "--rollout-tp", "4", "--random-init", "--weight-check", "--prompts", "32", "--response-len", "128"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-8000:]
     row = json.loads(out.read_text())
     _record(row, 4, 4, 4, shape="qwen3-8b")
     assert row["sync_s"] <= 1.0, row
-    assert row["logprob_mult_error"] <= 1.05, row
+    assert row["weight_check"] == "exact", row["weight_check"]
+    assert abs(row["logprob_mult_error"] - row["logprob_mult_error_engine_loaded"]) <= 0.005, row
     assert set(row["sync_bytes_received_per_rank"]) == {0}
 
 
