@@ -84,7 +84,8 @@ def _record(row, tp, rollout_tp, gpus, shape=SHAPE):
         return
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     full = {"date": datetime.date.today().isoformat(), "commit": os.environ.get("MEGARL_COMMIT", commit),
-            "machine": "nvidia-h200" if gpus == 1 else f"nvidia-h200-x{gpus}",
+            "machine": "nvidia-h200" if torch.cuda.device_count() == 1 else f"nvidia-h200-x{torch.cuda.device_count()}",
+            "gpus_used": gpus,
             "command": "MEGARL_RESULTS_DIR=$OUT python -m pytest tests/gpu/test_rollout_gpu.py "
                        + (f"-k tp{tp}-to-tp{rollout_tp}" if shape == SHAPE else "-k qwen3_8b"),
             "model_shape": shape, "dtype": "bf16", "pp": 1, "cp": 1, "backend": "sglang", **row}
