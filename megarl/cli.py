@@ -16,8 +16,9 @@ def preprocess_main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="megarl preprocess", description="Convert a dataset into train/test parquet in verl's row schema."
     )
-    parser.add_argument("kind", choices=PREPROCESSORS.names())
-    parser.add_argument("--input", required=True, help="a jsonl/json/parquet file, a directory of them, or a HF dataset name")
+    parser.add_argument("kind", choices=[*PREPROCESSORS.names(), "arithmetic"],
+                        help="arithmetic: generate the tiny recipes' bundled task (train, test and sft splits)")
+    parser.add_argument("--input", help="a jsonl/json/parquet file, a directory of them, or a HF dataset name")
     parser.add_argument("--output-dir", required=True)
     parser.add_argument("--split", help="the split of a single input file, when its name does not say")
     parser.add_argument("--data-source", help="math/custom: the data_source written into each row")
@@ -26,8 +27,16 @@ def preprocess_main(argv: Sequence[str]) -> int:
     parser.add_argument("--instruction", help="math/custom: the text appended to each question ('' for none)")
     args = parser.parse_args(argv)
     options = {k: getattr(args, k) for k in PREPROCESS_OPTIONS if getattr(args, k) is not None}
-    if options and args.kind == "gsm8k":
-        parser.error(f"--{'/--'.join(k.replace('_', '-') for k in options)} apply to math and custom, not gsm8k")
+    if options and args.kind in ("gsm8k", "arithmetic"):
+        parser.error(f"--{'/--'.join(k.replace('_', '-') for k in options)} apply to math and custom, not {args.kind}")
+    if (args.input is None) != (args.kind == "arithmetic"):
+        parser.error("arithmetic is generated: drop --input" if args.input else f"{args.kind} needs --input")
+    if args.kind == "arithmetic":
+        from megarl.data.arithmetic import write_arithmetic
+
+        for split, path in write_arithmetic(args.output_dir).items():
+            print(f"{split}: {path}")
+        return 0
     try:
         written = preprocess(args.kind, args.input, args.output_dir, split=args.split, **options)
     except PreprocessError as e:
@@ -43,6 +52,7 @@ COMMANDS = {
     "preprocess": ("megarl.cli", "convert GSM8K, MATH or custom data into RL parquet"),
     "check-model": ("megarl.models.check", "load a HF checkpoint in a parallel layout and compare with HF"),
     "export": ("megarl.models.export", "turn a megarl model checkpoint into a HF checkpoint"),
+    "init-model": ("megarl.models.init_model", "write a random-weight HF checkpoint of a recipe's model shape"),
 }
 
 

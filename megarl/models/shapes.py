@@ -8,6 +8,12 @@ from pathlib import Path
 import torch
 
 SHAPES = {
+    # The tiny CPU recipes' model: 0.35M parameters; the vocabulary is a multiple of 64 as SGLang requires.
+    "tiny": dict(
+        model_type="qwen2", hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, vocab_size=384, max_position_embeddings=64,
+        rope_theta=10000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+    ),
     "qwen2.5-0.5b": dict(
         model_type="qwen2", hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
         num_attention_heads=14, num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768,

@@ -10,7 +10,7 @@ from megarl.rewards import gsm8k, math
 RULE_SCORERS: Registry[Callable[..., Any]] = Registry("data_source")
 register_data_source = RULE_SCORERS.register
 
-register_data_source("openai/gsm8k", "gsm8k")(gsm8k.compute_score)
+register_data_source("openai/gsm8k", "gsm8k", "synthetic/arithmetic")(gsm8k.compute_score)
 register_data_source(
     "HuggingFaceH4/MATH-500",
     "lighteval/MATH",

@@ -23,15 +23,20 @@ def prompt_batch(items: dict[str, list], first_uid: int = 0) -> Batch:
     return Batch(fields={**items, "uid": [f"{first_uid + i}" for i in range(count)]})
 
 
-def with_responses(prompts: Batch, responses: Sequence[Sequence[Response]]) -> Batch:
-    """`prompts` repeated once per response (a prompt's responses adjacent), with the responses as columns."""
+def with_responses(prompts: Batch, responses: Sequence[Sequence[Response]], width: int | None = None) -> Batch:
+    """`prompts` repeated once per response (a prompt's responses adjacent), with the responses as columns
+    padded to `width` (default: the longest response). Engines that fill one batch must agree on the width."""
     if len(responses) != len(prompts):
         raise ValueError(f"{len(responses)} response groups for {len(prompts)} prompts")
     n = {len(group) for group in responses}
     if len(n) != 1:
         raise ValueError(f"every prompt needs the same number of responses, got {sorted(n)}")
     flat = [r for group in responses for r in group]
-    width = max((len(r.token_ids) for r in flat), default=0)
+    longest = max((len(r.token_ids) for r in flat), default=0)
+    if width is None:
+        width = longest
+    elif longest > width:
+        raise ValueError(f"a response of {longest} tokens does not fit the width {width}")
     tokens = torch.zeros(len(flat), width, dtype=torch.long)
     mask = torch.zeros(len(flat), width)
     logprobs = torch.zeros(len(flat), width)

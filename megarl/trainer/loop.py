@@ -2,7 +2,7 @@
 
 One step: generate `rollout.n` responses per prompt → score → old log-probs (and the engine/trainer log-prob
 gate) → reference log-probs → values → rewards (KL penalty) → advantages → critic update → actor update →
-weight sync.
+weight sync; validation before the first step and every `trainer.test_freq` steps and after the last.
 """
 
 from __future__ import annotations
@@ -20,8 +20,11 @@ from megarl.rewards.function import load_reward_function
 from megarl.rewards.scorer import RewardScorer
 from megarl.rollout.batch import prompt_batch
 from megarl.rollout.gates import check_logprob_agreement, logprob_agreement
+from megarl.models.bridge import load_hf_config
 from megarl.trainer.metrics import MetricsLogger, check_loggers
+from megarl.trainer.perf import perf_metrics, summarise
 from megarl.trainer.stages import advantages, data_metrics, rewards, score
+from megarl.trainer.validation import Validator
 from megarl.workers.actor import ActorWorker
 from megarl.workers.critic import CriticWorker
 from megarl.workers.reference import ReferenceWorker
@@ -42,6 +45,7 @@ def total_steps(cfg: MegaRLConfig, loader: PromptLoader) -> int:
 
 def train(cfg: MegaRLConfig) -> None:
     check_loggers(cfg)
+    hf_config = load_hf_config(cfg.model.path)
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path,
                                               trust_remote_code=cfg.model.trust_remote_code)
     dataset = RLDataset(cfg.data.train_files, tokenizer, max_prompt_length=cfg.data.max_prompt_length,
@@ -52,6 +56,8 @@ def train(cfg: MegaRLConfig) -> None:
     scorer = RewardScorer(tokenizer, load_reward_function(cfg.reward.function), cfg.reward.kwargs)
     kl = cfg.algorithm.kl_ctrl
     kl_controller = make_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
+    validate = Validator(cfg, tokenizer, scorer) if cfg.data.val_files else None
+    test_freq = cfg.trainer.test_freq
     pools = role_pools(cfg)
     with start_workers(cfg) as cluster:
         actor = cluster[pools["actor"]].spawn("actor", ActorWorker, cfg, steps)
@@ -61,6 +67,8 @@ def train(cfg: MegaRLConfig) -> None:
         rollout = cluster[pools["rollout"]].spawn("rollout", RolloutWorker, cfg)
         logger = MetricsLogger(cfg, steps, cluster.is_driver)
         rollout.sync_weights()
+        if validate and cfg.trainer.val_before_train:
+            logger.log(0, validate(rollout))
         data = iter(_forever(loader))
         for step in range(1, steps + 1):
             metrics: dict[str, float] = {}
@@ -100,8 +108,14 @@ def train(cfg: MegaRLConfig) -> None:
                         metrics.update(actor.update_actor(batch)[0])
                 with timed(metrics, "update_weights"):
                     metrics.update(rollout.sync_weights())
+            if validate and (step == steps or test_freq > 0 and step % test_freq == 0):
+                with timed(metrics, "testing"):
+                    metrics.update(validate(rollout))
             metrics.update(reward_metrics, **kl_metrics, **gate, **data_metrics(batch, cfg.data.max_response_length))
+            metrics.update(perf_metrics(batch, metrics, cfg.world_size, hf_config, cfg.actor.ppo_epochs,
+                                        summarise(actor.device_stats())))
             logger.log(step, metrics)
+        logger.close()
 
 
 def _forever(loader: PromptLoader):

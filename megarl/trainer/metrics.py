@@ -1,40 +1,95 @@
-"""Where a step's metrics go: `metrics.jsonl` in the output directory (one JSON object per step, always) and a
-compact console line; written by one process (the Ray driver, or torchrun's rank 0)."""
+"""Where a step's metrics go, written by one process (the Ray driver, or torchrun's rank 0):
+- `metrics.jsonl` in the output directory: one JSON object per step, always;
+- `console`: a progress bar and a compact line per step;
+- `tensorboard`: event files in `{output_dir}/tensorboard` (`TENSORBOARD_DIR` overrides, as in verl);
+- `wandb`: project/experiment names from the recipe and the resolved config; `WANDB_MODE=offline` works
+  without an account or network.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 
 from megarl.config import ConfigError
-from megarl.config.schema import MegaRLConfig
 
-AVAILABLE = ("console",)
+LOGGERS = ("console", "tensorboard", "wandb")
 CONSOLE_KEYS = ("critic/score/mean", "actor/pg_loss", "actor/entropy", "actor/ppo_kl", "critic/vf_loss",
                 "response_length/mean", "rollout/logprob_mult_error", "timing_s/step")
+INSTALL = {"tensorboard": "pip install tensorboard", "wandb": "pip install wandb"}
 
 
-def check_loggers(cfg: MegaRLConfig) -> None:
-    missing = [name for name in cfg.trainer.logger if name not in AVAILABLE]
-    if missing:
-        raise ConfigError([f"trainer.logger: {missing} not available in this build yet; use {list(AVAILABLE)} "
-                           "(metrics.jsonl is always written)"])
+def check_loggers(cfg) -> None:
+    """Unknown names and loggers whose package is missing fail before any work starts."""
+    problems = []
+    for name in cfg.trainer.logger:
+        if name not in LOGGERS:
+            problems.append(f"trainer.logger: unknown logger {name!r}; choose from {list(LOGGERS)}")
+        elif name in INSTALL and not _importable(name):
+            problems.append(f"trainer.logger: {name} is not installed ({INSTALL[name]}), or drop it from the list")
+    if problems:
+        raise ConfigError(problems)
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
 
 
 class MetricsLogger:
-    def __init__(self, cfg: MegaRLConfig, total_steps: int, is_writer: bool):
+    """`cfg` needs `trainer.{logger, output_dir, project_name, experiment_name}` (RL and SFT recipes have them)."""
+
+    def __init__(self, cfg, total_steps: int, is_writer: bool):
         self.total_steps, self.is_writer = total_steps, is_writer
-        self.console = "console" in cfg.trainer.logger
-        self.path = Path(cfg.trainer.output_dir) / "metrics.jsonl"
-        if is_writer:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+        trainer = cfg.trainer
+        self.path = Path(trainer.output_dir) / "metrics.jsonl"
+        self.progress = self.tensorboard = self.wandb = None
+        if not is_writer:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if "console" in trainer.logger:
+            from tqdm import tqdm
+
+            self.progress = tqdm(total=total_steps, desc=trainer.experiment_name, unit="step", file=sys.stderr,
+                                 dynamic_ncols=True)
+        if "tensorboard" in trainer.logger:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tensorboard = SummaryWriter(os.environ.get("TENSORBOARD_DIR", str(self.path.parent / "tensorboard")))
+        if "wandb" in trainer.logger:
+            import wandb
+
+            try:
+                self.wandb = wandb.init(project=trainer.project_name, name=trainer.experiment_name,
+                                        dir=str(self.path.parent), config=dataclasses.asdict(cfg))
+            except wandb.errors.UsageError as e:
+                raise ConfigError(f"trainer.logger: wandb could not start ({e}); run `wandb login`, or set "
+                                  "WANDB_MODE=offline to write the run locally (`wandb sync` uploads it later)") from e
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
+        """Metrics of `step` (validation before training is step 0)."""
         if not self.is_writer:
             return
         with open(self.path, "a") as f:
             f.write(json.dumps({"step": step, **metrics}) + "\n")
-        if self.console:
+        if self.progress is not None:
             shown = " ".join(f"{key.split('/', 1)[-1]}={metrics[key]:.4g}" for key in CONSOLE_KEYS if key in metrics)
-            print(f"step {step}/{self.total_steps} {shown}", file=sys.stdout, flush=True)
+            shown += "".join(f" {key}={value:.4g}" for key, value in metrics.items() if key.startswith("val-core/"))
+            self.progress.write(f"step {step}/{self.total_steps} {shown}", file=sys.stdout)
+            self.progress.n = step
+            self.progress.refresh()
+        if self.tensorboard is not None:
+            for key, value in metrics.items():
+                self.tensorboard.add_scalar(key, value, step)
+            self.tensorboard.flush()
+        if self.wandb is not None:
+            self.wandb.log(metrics, step=step)
+
+    def close(self) -> None:
+        for sink, stop in ((self.progress, "close"), (self.tensorboard, "close"), (self.wandb, "finish")):
+            if sink is not None:
+                getattr(sink, stop)()

@@ -10,6 +10,7 @@ from megarl.config.schema import MegaRLConfig
 from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
 from megarl.models.roles import build_actor
 from megarl.rollout.batch import response_values, sequences
+from megarl.trainer.perf import device_stats
 from megarl.workers import join_mesh
 from megarl.workers.updates import micro_batches, pack_mini_batch, ppo_epochs, reduce_metrics
 from parallel.batch import Batch
@@ -35,6 +36,10 @@ class ActorWorker(Worker):
         temperature = self.cfg.rollout.temperature or 1.0  # greedy sampling: the untempered distribution
         logprobs = self.role.logprobs(seqs, groups, temperature=temperature)["logprobs"]
         return Batch({"old_log_probs": response_values(batch, logprobs)})
+
+    @worker_method(collect=Collect.ALL)
+    def device_stats(self) -> dict:
+        return device_stats()
 
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
     def update_actor(self, batch: Batch) -> dict[str, float]:

@@ -80,4 +80,4 @@ class RolloutWorker(Worker):
         else:
             make = SamplingParams.for_validation if validate else SamplingParams.for_training
             params = make(self.cfg.rollout, max_new, seed=seed)
-        return with_responses(prompts, self.engine.generate(list(prompts["prompt_ids"]), params))
+        return with_responses(prompts, self.engine.generate(list(prompts["prompt_ids"]), params), width=max_new)

@@ -35,3 +35,11 @@ def test_response_groups_must_match_the_prompts():
         with_responses(prompts, [[Response([3], [0.0], "stop")]])
     with pytest.raises(ValueError, match="same number of responses"):
         with_responses(prompts, [[Response([3], [0.0], "stop")], []])
+
+
+def test_responses_pad_to_a_common_width():
+    prompts = prompt_batch({"prompt_ids": [[1, 2]]})
+    batch = with_responses(prompts, [[Response([3], [0.0], "stop"), Response([4, 5], [0.0, 0.0], "stop")]], width=4)
+    assert batch["responses"].shape == (2, 4) and batch["response_mask"].sum().item() == 3
+    with pytest.raises(ValueError, match="does not fit"):
+        with_responses(prompts, [[Response([3, 4, 5], [0.0] * 3, "length")]], width=2)

@@ -1,0 +1,50 @@
+"""Tokenizers built locally (nothing can be downloaded here): byte-level BPE trained on a small corpus, saved
+with a chat template, for random-weight checkpoints of real model shapes and for the tiny CPU recipes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+# Qwen's ChatML roles and special tokens, so recipes written for Qwen read the same prompts.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+# The tiny recipes' prompts are bare: a 2-layer model should spend its capacity on the task, not on ChatML.
+PLAIN_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+
+DEFAULT_CORPUS = (
+    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May.",
+    "How many clips did Natalia sell altogether in April and May? #### 72",
+    "Let's think step by step and output the final answer after \"####\".",
+    "Let's think step by step and output the final answer within \\boxed{}.",
+    "The answer is \\boxed{\\frac{1}{2}} 0 1 2 3 4 5 6 7 8 9 + - * / = , . ? ! ( ) [ ] { } ^ _ $ %",
+    "What is the value of x if 3x + 4 = 19? Subtract 4 from both sides, then divide by 3: x = 5.",
+)
+
+
+def build_tokenizer(out_dir: str | Path, corpus: Sequence[str] = DEFAULT_CORPUS, vocab_size: int = 400,
+                    chat_template: str = CHATML_TEMPLATE):
+    """Train a byte-level BPE tokenizer (every text encodes and decodes exactly), save_pretrained it with
+    `<|im_end|>` as EOS and `<|endoftext|>` as padding, and return it loaded back."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(
+        list(corpus) * 4,
+        trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
+                            initial_alphabet=pre_tokenizers.ByteLevel.alphabet()),
+    )
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   chat_template=chat_template)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fast.save_pretrained(out_dir)
+    return AutoTokenizer.from_pretrained(out_dir)

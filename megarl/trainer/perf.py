@@ -1,0 +1,66 @@
+"""verl's `perf/*` metrics: tokens per second per device, the actor update's model FLOPs utilisation, memory.
+
+MFU counts the dense matmul FLOPs of the actor's update (6 × parameters × tokens, plus causal attention) per
+PPO epoch, against the device's dense bf16 peak; devices without a known peak (CPUs) report no MFU.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from parallel.batch import Batch
+
+# Dense bf16 peak FLOP/s by device name fragment (vendor data sheets, without sparsity).
+PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "H800": 989e12, "A100": 312e12, "A800": 312e12,
+                   "L40S": 362e12, "RTX 4090": 165e12, "RTX 3090": 71e12}
+
+
+def peak_flops(device_name: str) -> float | None:
+    return next((flops for fragment, flops in PEAK_BF16_FLOPS.items() if fragment in device_name), None)
+
+
+def training_flops(hf_config, sequence_lengths: list[int]) -> float:
+    """FLOPs of one forward and backward pass over sequences of these lengths."""
+    hidden, layers = hf_config.hidden_size, hf_config.num_hidden_layers
+    heads, kv_heads = hf_config.num_attention_heads, hf_config.num_key_value_heads
+    head_dim = getattr(hf_config, "head_dim", None) or hidden // heads
+    per_layer = hidden * head_dim * (2 * heads + 2 * kv_heads) + 3 * hidden * hf_config.intermediate_size
+    matmul_params = layers * per_layer + hidden * hf_config.vocab_size  # the LM head; embeddings are lookups
+    tokens = sum(sequence_lengths)
+    # causal attention: QKᵀ and AV over half the square, ×3 for forward + backward
+    attention = 6 * layers * heads * head_dim * sum(n * n for n in sequence_lengths)
+    return 6 * matmul_params * tokens + attention
+
+
+def device_stats() -> dict:
+    """This process's device name and peak GPU memory (None without CUDA), and the host's used memory."""
+    import psutil
+
+    cuda = torch.cuda.is_available()
+    return {"name": torch.cuda.get_device_name() if cuda else "cpu",
+            "max_memory_allocated_gb": torch.cuda.max_memory_allocated() / 1e9 if cuda else None,
+            "cpu_memory_used_gb": psutil.virtual_memory().used / 1e9}
+
+
+def summarise(per_rank: list[dict]) -> dict:
+    """The ranks' `device_stats` → rank 0's device, the largest peaks."""
+    gpu = [r["max_memory_allocated_gb"] for r in per_rank if r["max_memory_allocated_gb"] is not None]
+    return {"name": per_rank[0]["name"], "max_memory_allocated_gb": max(gpu) if gpu else None,
+            "cpu_memory_used_gb": max(r["cpu_memory_used_gb"] for r in per_rank)}
+
+
+def perf_metrics(batch: Batch, metrics: dict[str, float], world_size: int, hf_config, ppo_epochs: int,
+                 device: dict) -> dict[str, float]:
+    """`device`: the actor ranks' `summarise`d `device_stats`."""
+    lengths = [len(p) + int(r) for p, r in zip(batch["prompt_ids"], batch["response_mask"].sum(-1).tolist())]
+    step_s = metrics["timing_s/step"]
+    out = {"perf/total_num_tokens": float(sum(lengths)), "perf/time_per_step": step_s,
+           "perf/throughput": sum(lengths) / (step_s * world_size),
+           "perf/cpu_memory_used_gb": device["cpu_memory_used_gb"]}
+    if device["max_memory_allocated_gb"] is not None:
+        out["perf/max_memory_allocated_gb"] = device["max_memory_allocated_gb"]
+    peak = peak_flops(device["name"])
+    if peak and "timing_s/update_actor" in metrics:
+        flops = training_flops(hf_config, lengths) * ppo_epochs
+        out["perf/mfu/actor"] = flops / (metrics["timing_s/update_actor"] * world_size * peak)
+    return out

@@ -1,0 +1,40 @@
+"""Validation: the rollout engines answer every prompt of `data.val_files` with `rollout.val_kwargs` (greedy
+unless `do_sample`), the same scorer grades them, and the means per data source become verl's
+`val-core/{data_source}/reward/mean@{n}` metrics."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from megarl.config.schema import MegaRLConfig
+from megarl.data.dataset import PromptLoader, RLDataset
+from megarl.rewards.scorer import RewardScorer
+from megarl.rollout.batch import prompt_batch
+from megarl.trainer.stages import score
+
+VAL_UID_OFFSET = 10**12  # validation uids never collide with a training step's
+
+
+class Validator:
+    def __init__(self, cfg: MegaRLConfig, tokenizer, scorer: RewardScorer):
+        data = cfg.data
+        dataset = RLDataset(data.val_files, tokenizer, max_prompt_length=data.max_prompt_length,
+                            prompt_key=data.prompt_key, filter_overlong_prompts=data.filter_overlong_prompts,
+                            truncation=data.truncation)
+        self.loader = PromptLoader(dataset, data.val_batch_size or len(dataset), shuffle=False, drop_last=False)
+        self.scorer, self.n = scorer, cfg.rollout.val_kwargs.n
+
+    def __call__(self, rollout) -> dict[str, float]:
+        """One pass over the validation set; the engines must hold the current weights."""
+        scores: dict[str, list[float]] = defaultdict(list)
+        lengths: list[float] = []
+        for index, items in zip(range(len(self.loader)), self.loader):
+            batch = rollout.generate(prompt_batch(items, first_uid=VAL_UID_OFFSET + index * self.loader.batch_size),
+                                     validate=True)
+            scored, _ = score(batch, self.scorer)
+            for source, value in zip(batch["data_source"], scored["token_level_scores"].sum(-1).tolist()):
+                scores[source].append(value)
+            lengths += batch["response_mask"].sum(-1).tolist()
+        metrics = {f"val-core/{source}/reward/mean@{self.n}": sum(v) / len(v) for source, v in scores.items()}
+        metrics["val-aux/response_length/mean"] = sum(lengths) / len(lengths)
+        return metrics
