@@ -12,7 +12,8 @@ from megarl.config.schema import MegaRLConfig
 
 AVAILABLE = ("console",)
 CONSOLE_KEYS = ("critic/score/mean", "actor/pg_loss", "actor/entropy", "actor/ppo_kl", "critic/vf_loss",
-                "response_length/mean", "rollout/logprob_mult_error", "timing_s/step")
+                "response_length/mean", "rollout/logprob_mult_error", "train/loss", "train/grad_norm", "train/lr",
+                "timing_s/step")
 
 
 def check_loggers(cfg: MegaRLConfig) -> None:
