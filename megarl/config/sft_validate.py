@@ -15,9 +15,8 @@ from megarl.config.validate import (
     read_hf_config,
 )
 from megarl.config.verl_keys import translate_verl_sft_key
+from megarl.data.sft_dataset import SFT_TRUNCATIONS
 from parallel.controller import LAUNCHERS
-
-SFT_TRUNCATION_MODES = ("error", "left", "right")
 
 
 def validate_sft_config(cfg: SFTConfig) -> None:
@@ -31,7 +30,7 @@ def validate_sft_config(cfg: SFTConfig) -> None:
 
 
 def _check_choices(cfg: SFTConfig, problems: list[str]) -> None:
-    check_choice(problems, "data.truncation", cfg.data.truncation, SFT_TRUNCATION_MODES)
+    check_choice(problems, "data.truncation", cfg.data.truncation, SFT_TRUNCATIONS)
     check_choice(problems, "optim.lr_decay_style", cfg.optim.lr_decay_style, LR_DECAY_STYLES)
     check_choice(problems, "actor.megatron.recompute_granularity", cfg.actor.megatron.recompute_granularity,
                  RECOMPUTE_GRANULARITIES)
