@@ -62,7 +62,8 @@ def train_sft(cfg: SFTConfig) -> Path:
             if val_set is not None and (step == steps or (test_freq > 0 and step % test_freq == 0)):
                 metrics["val/loss"] = validation_loss(worker, val_set, cfg.data.train_batch_size)
             logger.log(step, metrics)
-        hf_dir = Path(worker.save_hf(str(Path(cfg.trainer.output_dir) / HF_DIR_NAME)))
+        # Absolute: a Ray worker's working directory need not be the driver's.
+        hf_dir = Path(worker.save_hf(str(Path(cfg.trainer.output_dir).resolve() / HF_DIR_NAME)))
         if cluster.is_driver:
             print(f"SFT model written to {hf_dir} (use it as model.path in an RL recipe)", flush=True)
     return hf_dir

@@ -3,11 +3,10 @@ of response tokens, and exported as a HF checkpoint that RL recipes start from."
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 import torch.distributed as dist
 from megatron.core import parallel_state
+from transformers import AutoTokenizer
 
 from megarl.algorithms import token_weights
 from megarl.config.sft_schema import SFTConfig
@@ -73,8 +72,6 @@ class SFTWorker(Worker):
             write_hf_checkpoint(tensors, out_dir)
             copy_hf_metadata(self.cfg.model.path, out_dir)
             if self.cfg.model.tokenizer_path:
-                from transformers import AutoTokenizer
-
                 tokenizer = AutoTokenizer.from_pretrained(self.cfg.model.tokenizer_path,
                                                           trust_remote_code=self.cfg.model.trust_remote_code)
                 tokenizer.save_pretrained(out_dir)
@@ -82,4 +79,4 @@ class SFTWorker(Worker):
             for _ in tensors:
                 pass
         dist.barrier()
-        return str(Path(out_dir).resolve())
+        return out_dir

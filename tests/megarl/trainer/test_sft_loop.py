@@ -94,7 +94,7 @@ def test_sft_under_torchrun_memorises_the_responses(setup, tmp_path):
 def test_sft_under_ray_with_data_parallel_micro_batches(setup, tmp_path):
     out = tmp_path / "run"
     steps = run_sft(setup, out, [sys.executable, "-m"], "data.micro_batch_size_per_gpu=1",
-                    "trainer.total_training_steps=2", "trainer.test_freq=1")
+                    "trainer.total_training_steps=2", "trainer.test_freq=1", f"model.tokenizer_path={setup / 'model'}")
     assert [s["step"] for s in steps] == [1, 2]
     initial_loss, _ = with_transformers(setup / "model")
     assert steps[0]["train/loss"] == pytest.approx(initial_loss, rel=1e-5)
