@@ -1,4 +1,4 @@
-"""The `megarl` command: train, preprocess."""
+"""The `megarl` command: train, sft, preprocess, check-model, export."""
 
 from __future__ import annotations
 
@@ -49,6 +49,7 @@ def preprocess_main(argv: Sequence[str]) -> int:
 
 COMMANDS = {
     "train": ("megarl.train", "run an RL recipe (PPO, GRPO, ...)"),
+    "sft": ("megarl.sft", "supervised fine-tuning: a HF checkpoint to start RL from"),
     "preprocess": ("megarl.cli", "convert GSM8K, MATH or custom data into RL parquet"),
     "check-model": ("megarl.models.check", "load a HF checkpoint in a parallel layout and compare with HF"),
     "export": ("megarl.models.export", "turn a megarl model checkpoint into a HF checkpoint"),

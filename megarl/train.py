@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Sequence
 
-from megarl.config import ConfigError, MegaRLConfig, describe_keys, load_config, save_config
+from megarl.config import ConfigError, MegaRLConfig, check_inputs_exist, describe_keys, load_config, save_config
 from megarl.data.dataset import DataError
 from megarl.placement import describe_placement
 from megarl.rewards.scorer import RewardFunctionError
@@ -16,26 +15,10 @@ from parallel.controller import WorkerError
 
 def check_runnable(cfg: MegaRLConfig) -> None:
     """What a run needs on disk: the model directories and the data files."""
-    problems = []
     models = [("model.path", cfg.model.path)]
     if cfg.use_critic and cfg.critic.model.path != cfg.model.path:
         models.append(("critic.model.path", cfg.critic.model.path))
-    for key, path in models:
-        if not path:
-            problems.append(f"{key} is not set: point it at a local HF checkpoint directory")
-        elif not (Path(path).expanduser() / "config.json").is_file():
-            problems.append(
-                f"{key}={path} is not a HF checkpoint directory (no config.json there); nothing is downloaded, "
-                "so save or copy the model there first"
-            )
-    if not cfg.data.train_files:
-        problems.append("data.train_files is empty: set it to your parquet file(s), e.g. from `megarl preprocess`")
-    for key, files in (("data.train_files", cfg.data.train_files), ("data.val_files", cfg.data.val_files)):
-        for file in files:
-            if not Path(file).expanduser().is_file():
-                problems.append(f"{key}: {file} does not exist (make it with `megarl preprocess`)")
-    if problems:
-        raise ConfigError(problems)
+    check_inputs_exist(models, cfg.data.train_files, cfg.data.val_files)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,6 +1,7 @@
-"""Typed recipe config: schema (defaults), loading with dotted overrides, validation."""
+"""Typed recipe config: schema (defaults), loading with dotted overrides, validation; RL recipes (`megarl train`)
+and SFT recipes (`megarl sft`, loaded with `schema=SFT_RECIPE`)."""
 
-from megarl.config.loader import ConfigError, describe_keys, load_config, save_config, to_yaml
+from megarl.config.loader import RL_RECIPE, ConfigError, RecipeSchema, describe_keys, load_config, save_config, to_yaml
 from megarl.config.schema import (
     ActorConfig,
     AlgorithmConfig,
@@ -17,7 +18,9 @@ from megarl.config.schema import (
     TrainerConfig,
     ValSamplingConfig,
 )
-from megarl.config.validate import read_hf_config, validate_config
+from megarl.config.sft_schema import SFTActorConfig, SFTConfig, SFTDataConfig, SFTTrainerConfig
+from megarl.config.sft_validate import SFT_RECIPE, validate_sft_config
+from megarl.config.validate import check_inputs_exist, read_hf_config, validate_config
 
 __all__ = [
     "ActorConfig",
@@ -30,15 +33,24 @@ __all__ = [
     "MegatronConfig",
     "ModelConfig",
     "OptimConfig",
+    "RL_RECIPE",
+    "RecipeSchema",
     "RefConfig",
     "RewardConfig",
     "RolloutConfig",
+    "SFTActorConfig",
+    "SFTConfig",
+    "SFTDataConfig",
+    "SFTTrainerConfig",
+    "SFT_RECIPE",
     "TrainerConfig",
     "ValSamplingConfig",
+    "check_inputs_exist",
     "describe_keys",
     "load_config",
     "read_hf_config",
     "save_config",
     "to_yaml",
     "validate_config",
+    "validate_sft_config",
 ]

@@ -1,14 +1,15 @@
-"""Load a recipe: YAML file, then dotted `key.sub=value` overrides, onto the schema; validate; write it out.
+"""Load a recipe: YAML file, then dotted `key.sub=value` overrides, onto a schema; validate; write it out.
 
-Every problem becomes a ConfigError naming the key and what to do, with close-match suggestions for
-typos and the megarl spelling of verl keys.
+A `RecipeSchema` names the schema of one command: RL recipes (`RL_RECIPE`, `megarl train`, the default) or SFT
+recipes (`megarl.config.sft_validate.SFT_RECIPE`, `megarl sft`). Every problem becomes a ConfigError naming the
+key and what to do, with close-match suggestions for typos and the megarl spelling of verl keys.
 """
 
 from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -46,40 +47,56 @@ def _schema_keys(node: DictConfig, prefix: str = "") -> dict[str, str]:
     return keys
 
 
-SCHEMA = OmegaConf.structured(MegaRLConfig)
-SCHEMA_KEYS = _schema_keys(SCHEMA)
+class RecipeSchema:
+    """What one recipe command loads: its root dataclass (every default), the checks run on a loaded config,
+    the megarl name of a verl key (None when verl has no such key) and the command, named in messages."""
+
+    def __init__(self, root: type, validate: Callable[[Any], None], translate_verl_key: Callable[[str], str | None],
+                 command: str):
+        self.root, self.validate, self.translate_verl_key, self.command = root, validate, translate_verl_key, command
+        self.defaults = OmegaConf.structured(root)
+        self.keys = _schema_keys(self.defaults)
 
 
-def _suggest(key: str) -> str:
-    verl = translate_verl_key(key)
+def _validate_rl(config: MegaRLConfig) -> None:
+    from megarl.config.validate import validate_config  # validate.py imports ConfigError from here
+
+    validate_config(config)
+
+
+RL_RECIPE = RecipeSchema(MegaRLConfig, _validate_rl, translate_verl_key, "megarl train")
+
+
+def _suggest(key: str, schema: RecipeSchema) -> str:
+    verl = schema.translate_verl_key(key)
     if verl is not None:
         return f" That is verl's name; in megarl it is {verl}."
-    leaves = [k for k, kind in SCHEMA_KEYS.items() if kind != "section"]
+    leaves = [k for k, kind in schema.keys.items() if kind != "section"]
     close = difflib.get_close_matches(key, leaves, n=3, cutoff=0.75)
     if not close:  # the right name in the wrong section, e.g. data.ppo_mini_batch_size
         leaf = key.rsplit(".", 1)[-1]
         close = [k for k in leaves if k.rsplit(".", 1)[-1] == leaf][:3]
-    return f" Did you mean {' or '.join(close)}?" if close else " See `megarl train --help-keys` for every key."
+    return f" Did you mean {' or '.join(close)}?" if close else f" See `{schema.command} --help-keys` for every key."
 
 
-def _flatten(value: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
+def _flatten(value: Any, keys: dict[str, str], prefix: str = "") -> Iterable[tuple[str, Any]]:
     """Dotted (key, value) leaves of a nested recipe; a free-form dict key is one leaf, an empty section none."""
     key = prefix.rstrip(".")
-    if isinstance(value, dict) and SCHEMA_KEYS.get(key) != "open":
+    if isinstance(value, dict) and keys.get(key) != "open":
         for name, child in value.items():
-            yield from _flatten(child, f"{prefix}{name}.")
+            yield from _flatten(child, keys, f"{prefix}{name}.")
     else:
         yield key, value
 
 
-def _check_keys(tree: dict, origin: str) -> dict:
+def _check_keys(tree: dict, origin: str, schema: RecipeSchema) -> dict:
     """Reject unknown keys (all of them at once); wrap a scalar given for a list key into a list."""
     problems, checked = [], {}
-    for key, value in _flatten(tree):
-        kind = SCHEMA_KEYS.get(key)
-        parent = next((p for p in _prefixes(key) if SCHEMA_KEYS.get(p) == "open"), None)
+    for key, value in _flatten(tree, schema.keys):
+        kind = schema.keys.get(key)
+        parent = next((p for p in _prefixes(key) if schema.keys.get(p) == "open"), None)
         if kind is None and parent is None:
-            problems.append(f"{origin}: unknown key {key!r}.{_suggest(key)}")
+            problems.append(f"{origin}: unknown key {key!r}.{_suggest(key, schema)}")
             continue
         if kind == "section":
             problems.append(f"{origin}: {key!r} is a section; set its keys, e.g. {key}.<name>=value")
@@ -136,31 +153,31 @@ def _read_recipe(path: str | Path) -> dict:
     return tree
 
 
-def load_config(recipe: str | Path | None = None, overrides: Sequence[str] = ()) -> MegaRLConfig:
-    """Schema defaults ← recipe YAML ← overrides, type-checked, interpolations resolved, then validated."""
-    from megarl.config.validate import validate_config
-
+def load_config(recipe: str | Path | None = None, overrides: Sequence[str] = (),
+                schema: RecipeSchema = RL_RECIPE) -> Any:
+    """Schema defaults ← recipe YAML ← overrides, type-checked, interpolations resolved, then validated; an
+    instance of `schema.root` (MegaRLConfig for RL recipes)."""
     layers = []
     if recipe is not None:
-        layers.append(_check_keys(_read_recipe(recipe), f"recipe {recipe}"))
+        layers.append(_check_keys(_read_recipe(recipe), f"recipe {recipe}", schema))
     if overrides:
-        layers.append(_check_keys(_parse_overrides(overrides), "override"))
+        layers.append(_check_keys(_parse_overrides(overrides), "override", schema))
     try:
-        merged = OmegaConf.merge(SCHEMA, *(_nest(layer) for layer in layers))
+        merged = OmegaConf.merge(schema.defaults, *(_nest(layer) for layer in layers))
         config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None) or "?"
         message = str(e).split("\n")[0]
         raise ConfigError(f"{key}: {message}") from None
-    validate_config(config)
+    schema.validate(config)
     return config
 
 
-def to_yaml(config: MegaRLConfig) -> str:
+def to_yaml(config: Any) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(config))
 
 
-def save_config(config: MegaRLConfig, directory: str | Path) -> Path:
+def save_config(config: Any, directory: str | Path) -> Path:
     """Write the resolved config as `config.yaml` in `directory`; it loads back as a recipe."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -171,14 +188,14 @@ def save_config(config: MegaRLConfig, directory: str | Path) -> Path:
     return path
 
 
-def describe_keys() -> str:
+def describe_keys(schema: RecipeSchema = RL_RECIPE) -> str:
     """Every key with its default (interpolations shown as written), one per line, for `--help-keys`."""
     lines = []
-    for key, kind in SCHEMA_KEYS.items():
+    for key, kind in schema.keys.items():
         if kind == "section":
             continue
         parent, _, leaf = key.rpartition(".")
-        node = (OmegaConf.select(SCHEMA, parent) if parent else SCHEMA)._get_node(leaf)
+        node = (OmegaConf.select(schema.defaults, parent) if parent else schema.defaults)._get_node(leaf)
         value = OmegaConf.to_container(node, resolve=False) if isinstance(node, (DictConfig, ListConfig)) else node._value()
         lines.append(f"{key} = {value}")
     return "\n".join(lines)

@@ -33,28 +33,28 @@ def validate_config(cfg: MegaRLConfig) -> None:
         raise ConfigError(problems)
 
 
-def _choice(problems: list[str], key: str, value, choices) -> None:
+def check_choice(problems: list[str], key: str, value, choices) -> None:
     if value not in choices:
         shown = ", ".join(str(c) for c in choices)
         problems.append(f"{key}={value!r} is not one of: {shown}.{did_you_mean(str(value), map(str, choices))}")
 
 
 def _check_choices(cfg: MegaRLConfig, problems: list[str]) -> None:
-    _choice(problems, "data.truncation", cfg.data.truncation, TRUNCATION_MODES)
-    _choice(problems, "algorithm.adv_estimator", cfg.algorithm.adv_estimator, ADV_ESTIMATORS.names())
-    _choice(problems, "algorithm.kl_penalty", cfg.algorithm.kl_penalty, KL_ESTIMATORS.names())
-    _choice(problems, "algorithm.kl_ctrl.type", cfg.algorithm.kl_ctrl.type, ("fixed", "adaptive"))
-    _choice(problems, "actor.kl_loss_type", cfg.actor.kl_loss_type, KL_ESTIMATORS.names())
-    _choice(problems, "actor.policy_loss", cfg.actor.policy_loss, POLICY_LOSSES.names())
-    _choice(problems, "actor.loss_agg_mode", cfg.actor.loss_agg_mode, LOSS_AGG_MODES)
+    check_choice(problems, "data.truncation", cfg.data.truncation, TRUNCATION_MODES)
+    check_choice(problems, "algorithm.adv_estimator", cfg.algorithm.adv_estimator, ADV_ESTIMATORS.names())
+    check_choice(problems, "algorithm.kl_penalty", cfg.algorithm.kl_penalty, KL_ESTIMATORS.names())
+    check_choice(problems, "algorithm.kl_ctrl.type", cfg.algorithm.kl_ctrl.type, ("fixed", "adaptive"))
+    check_choice(problems, "actor.kl_loss_type", cfg.actor.kl_loss_type, KL_ESTIMATORS.names())
+    check_choice(problems, "actor.policy_loss", cfg.actor.policy_loss, POLICY_LOSSES.names())
+    check_choice(problems, "actor.loss_agg_mode", cfg.actor.loss_agg_mode, LOSS_AGG_MODES)
     if cfg.critic.loss_agg_mode != cfg.actor.loss_agg_mode:
-        _choice(problems, "critic.loss_agg_mode", cfg.critic.loss_agg_mode, LOSS_AGG_MODES)
-    _choice(problems, "rollout.name", cfg.rollout.name, ROLLOUT_BACKENDS.names())
-    _choice(problems, "trainer.resume_mode", cfg.trainer.resume_mode, RESUME_MODES)
+        check_choice(problems, "critic.loss_agg_mode", cfg.critic.loss_agg_mode, LOSS_AGG_MODES)
+    check_choice(problems, "rollout.name", cfg.rollout.name, ROLLOUT_BACKENDS.names())
+    check_choice(problems, "trainer.resume_mode", cfg.trainer.resume_mode, RESUME_MODES)
     for role in ("actor", "critic"):
         section = getattr(cfg, role)
-        _choice(problems, f"{role}.optim.lr_decay_style", section.optim.lr_decay_style, LR_DECAY_STYLES)
-        _choice(
+        check_choice(problems, f"{role}.optim.lr_decay_style", section.optim.lr_decay_style, LR_DECAY_STYLES)
+        check_choice(
             problems,
             f"{role}.megatron.recompute_granularity",
             section.megatron.recompute_granularity,
@@ -63,8 +63,8 @@ def _check_choices(cfg: MegaRLConfig, problems: list[str]) -> None:
         if len(section.optim.betas) != 2:
             problems.append(f"{role}.optim.betas={section.optim.betas} must be two numbers, e.g. [0.9, 0.999]")
     for logger in cfg.trainer.logger:
-        _choice(problems, "trainer.logger", logger, LOGGERS)
-    _choice(problems, "trainer.launcher", cfg.trainer.launcher, LAUNCHERS)
+        check_choice(problems, "trainer.logger", logger, LOGGERS)
+    check_choice(problems, "trainer.launcher", cfg.trainer.launcher, LAUNCHERS)
     if cfg.trainer.resume_mode == "resume_path" and not cfg.trainer.resume_from_path:
         problems.append("trainer.resume_mode=resume_path needs trainer.resume_from_path=<checkpoint dir>")
     if cfg.reward.function is not None:
@@ -123,7 +123,7 @@ def _check_sizes(cfg: MegaRLConfig, problems: list[str]) -> None:
         problems.append(f"rollout.gpu_memory_utilization={cfg.rollout.gpu_memory_utilization} must be in (0, 1)")
 
 
-def _divisors(n: int) -> str:
+def divisors(n: int) -> str:
     return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
 
 
@@ -141,7 +141,7 @@ def _check_batches(cfg: MegaRLConfig, problems: list[str]) -> None:
         if cfg.data.train_batch_size % mini:
             problems.append(
                 f"{role}.ppo_mini_batch_size={mini} does not divide data.train_batch_size="
-                f"{cfg.data.train_batch_size}: use one of {_divisors(cfg.data.train_batch_size)}"
+                f"{cfg.data.train_batch_size}: use one of {divisors(cfg.data.train_batch_size)}"
             )
             continue
         dp = cfg.dp_size(role)
@@ -157,7 +157,7 @@ def _check_batches(cfg: MegaRLConfig, problems: list[str]) -> None:
         if not section.use_dynamic_bsz and micro >= 1 and (samples // dp) % micro:
             problems.append(
                 f"{role}.ppo_micro_batch_size_per_gpu={micro} does not divide the {samples // dp} samples each "
-                f"data-parallel rank gets per mini-batch: use one of {_divisors(samples // dp)}, "
+                f"data-parallel rank gets per mini-batch: use one of {divisors(samples // dp)}, "
                 f"or {role}.use_dynamic_bsz=true"
             )
 
@@ -228,6 +228,28 @@ def _check_algorithm(cfg: MegaRLConfig, problems: list[str]) -> None:
         )
 
 
+def check_inputs_exist(models: list[tuple[str, str | None]], train_files: list[str], val_files: list[str]) -> None:
+    """What a run needs on disk, checked apart from `validate_config` so that a recipe loads without it: the
+    model directories (config key, path) and the data files."""
+    problems = []
+    for key, path in models:
+        if not path:
+            problems.append(f"{key} is not set: point it at a local HF checkpoint directory")
+        elif not (Path(path).expanduser() / "config.json").is_file():
+            problems.append(
+                f"{key}={path} is not a HF checkpoint directory (no config.json there); nothing is downloaded, "
+                "so save or copy the model there first"
+            )
+    if not train_files:
+        problems.append("data.train_files is empty: set it to your parquet file(s), e.g. from `megarl preprocess`")
+    for key, files in (("data.train_files", train_files), ("data.val_files", val_files)):
+        for file in files:
+            if not Path(file).expanduser().is_file():
+                problems.append(f"{key}: {file} does not exist (make it with `megarl preprocess`)")
+    if problems:
+        raise ConfigError(problems)
+
+
 def read_hf_config(path: str | None) -> dict | None:
     """The HF config.json under `path`, or None when there is no readable one."""
     if not path:
@@ -241,7 +263,7 @@ def read_hf_config(path: str | None) -> dict | None:
         return None
 
 
-def _check_mesh_fits_model(problems: list[str], role: str, megatron: MegatronConfig, hf: dict, where: str) -> None:
+def check_mesh_fits_model(problems: list[str], role: str, megatron: MegatronConfig, hf: dict, where: str) -> None:
     heads = hf.get("num_attention_heads")
     kv_heads = hf.get("num_key_value_heads") or heads
     layers = hf.get("num_hidden_layers")
@@ -250,12 +272,12 @@ def _check_mesh_fits_model(problems: list[str], role: str, megatron: MegatronCon
     if heads and tp >= 1 and (heads % tp or kv_heads % tp):
         problems.append(
             f"{role}.megatron.tensor_model_parallel_size={tp} must divide the model's {heads} attention heads "
-            f"and {kv_heads} key/value heads ({where}): use one of {_divisors(kv_heads)}"
+            f"and {kv_heads} key/value heads ({where}): use one of {divisors(kv_heads)}"
         )
     if layers and pp >= 1 and layers % pp:
         problems.append(
             f"{role}.megatron.pipeline_model_parallel_size={pp} must divide the model's {layers} layers "
-            f"({where}): use one of {_divisors(layers)}"
+            f"({where}): use one of {divisors(layers)}"
         )
 
 
@@ -263,14 +285,14 @@ def _check_against_model(cfg: MegaRLConfig, problems: list[str]) -> None:
     hf = read_hf_config(cfg.model.path)
     if hf is not None:
         where = f"{cfg.model.path}/config.json"
-        _check_mesh_fits_model(problems, "actor", cfg.actor.megatron, hf, where)
+        check_mesh_fits_model(problems, "actor", cfg.actor.megatron, hf, where)
         heads = hf.get("num_attention_heads")
         kv_heads = hf.get("num_key_value_heads") or heads
         rollout_tp = cfg.rollout.tensor_model_parallel_size
         if heads and rollout_tp >= 1 and (heads % rollout_tp or kv_heads % rollout_tp):
             problems.append(
                 f"rollout.tensor_model_parallel_size={rollout_tp} must divide the model's {heads} attention "
-                f"heads and {kv_heads} key/value heads ({where}): use one of {_divisors(kv_heads)}"
+                f"heads and {kv_heads} key/value heads ({where}): use one of {divisors(kv_heads)}"
             )
         max_positions = hf.get("max_position_embeddings")
         total = cfg.data.max_prompt_length + cfg.data.max_response_length
@@ -283,4 +305,4 @@ def _check_against_model(cfg: MegaRLConfig, problems: list[str]) -> None:
         critic_hf = read_hf_config(cfg.critic.model.path)
         if critic_hf is not None:
             where = f"{cfg.critic.model.path}/config.json"
-            _check_mesh_fits_model(problems, "critic", cfg.critic.megatron, critic_hf, where)
+            check_mesh_fits_model(problems, "critic", cfg.critic.megatron, critic_hf, where)

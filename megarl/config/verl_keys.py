@@ -1,7 +1,8 @@
 """verl's recipe keys and their megarl names, so an error can say exactly how to port a verl command line.
 
-Most verl keys port by dropping the `actor_rollout_ref.` level; the renames below are the exceptions.
-docs/verl-keys.md is the readable version of this table.
+Most verl keys port by dropping the `actor_rollout_ref.` level; the renames below are the exceptions. verl's
+SFT trainer has keys of its own (`megarl sft` recipes), mostly spelled the same in megarl; its renames are a
+table of their own. docs/verl-keys.md is the readable version of these tables.
 """
 
 from __future__ import annotations
@@ -46,12 +47,43 @@ VERL_NOTES = {
 }
 
 
-def translate_verl_key(key: str) -> str | None:
-    """The megarl key for verl's `key` (with a note on the value where it changes), or None."""
-    if key in VERL_RENAMES:
-        note = VERL_NOTES.get(key)
-        return VERL_RENAMES[key] + (f" ({note})" if note else "")
-    for verl_prefix, ours in VERL_PREFIXES.items():
+VERL_SFT_RENAMES = {
+    "model.partial_pretrain": "model.path",
+    "model.enable_gradient_checkpointing": "actor.megatron.recompute_granularity",
+    "ulysses_sequence_parallel_size": "actor.megatron.context_parallel_size",
+    "data.micro_batch_size": "data.micro_batch_size_per_gpu",
+    "data.prompt_dict_keys": "data.prompt_key",
+    "data.response_dict_keys": "data.response_key",
+    "optim.warmup_steps_ratio": "optim.lr_warmup_steps",
+    "optim.lr_scheduler": "optim.lr_decay_style",
+    "trainer.default_local_dir": "trainer.output_dir",
+    "data.seed": "trainer.seed",
+}
+
+VERL_SFT_NOTES = {
+    "model.enable_gradient_checkpointing": "set it to full",
+    "data.micro_batch_size": "samples per data-parallel rank",
+    "data.prompt_dict_keys": "a dotted path into the column, e.g. extra_info.question",
+    "data.response_dict_keys": "a dotted path into the column, e.g. extra_info.answer",
+    "optim.warmup_steps_ratio": "a step count: ratio × total training steps",
+}
+
+
+def _translate(key: str, renames: dict[str, str], notes: dict[str, str], prefixes: dict[str, str]) -> str | None:
+    if key in renames:
+        note = notes.get(key)
+        return renames[key] + (f" ({note})" if note else "")
+    for verl_prefix, ours in prefixes.items():
         if key.startswith(verl_prefix):
             return ours + key[len(verl_prefix) :]
     return None
+
+
+def translate_verl_key(key: str) -> str | None:
+    """The megarl key for verl's `key` (with a note on the value where it changes), or None."""
+    return _translate(key, VERL_RENAMES, VERL_NOTES, VERL_PREFIXES)
+
+
+def translate_verl_sft_key(key: str) -> str | None:
+    """The `megarl sft` key for a key of verl's SFT trainer, as `translate_verl_key`."""
+    return _translate(key, VERL_SFT_RENAMES, VERL_SFT_NOTES, {})

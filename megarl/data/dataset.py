@@ -58,7 +58,7 @@ class RLDataset:
         overlong = 0
         for file_index, table in enumerate(self.tables):
             for row, prompt in enumerate(table[prompt_key]):
-                ids = _encode(tokenizer, prompt, f"{self.files[file_index]} row {row}")
+                ids = encode_prompt(tokenizer, prompt, f"{self.files[file_index]} row {row}")
                 if len(ids) > max_prompt_length:
                     overlong += 1
                     if filter_overlong_prompts:
@@ -105,7 +105,9 @@ def truncate(ids: list[int], max_length: int, mode: str) -> list[int]:
     raise ValueError(f"cannot truncate with mode {mode!r}")
 
 
-def _encode(tokenizer, prompt, where: str) -> list[int]:
+def encode_prompt(tokenizer, prompt, where: str) -> list[int]:
+    """Token ids of a text prompt, or of a chat (a list of {role, content}) through the chat template with the
+    generation prompt: what the policy continues, in RL rollouts and in SFT alike."""
     if isinstance(prompt, str):
         return tokenizer(prompt)["input_ids"]
     if not (isinstance(prompt, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in prompt)):
@@ -116,13 +118,20 @@ def _encode(tokenizer, prompt, where: str) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def _read_table(path: Path, prompt_key: str) -> datasets.Dataset:
+def read_parquet(path: Path) -> pa.Table:
     if not path.is_file():
         raise DataError(f"data file {path} does not exist")
     try:
         table = pq.read_table(path)
     except (pa.ArrowException, OSError) as e:
         raise DataError(f"{path} is not a readable parquet file: {e}") from e
+    if table.num_rows == 0:
+        raise DataError(f"{path} has no rows")
+    return table
+
+
+def _read_table(path: Path, prompt_key: str) -> datasets.Dataset:
+    table = read_parquet(path)
     missing = [c for c in (prompt_key, *REQUIRED_COLUMNS) if c not in table.column_names]
     if missing:
         raise DataError(
@@ -133,8 +142,6 @@ def _read_table(path: Path, prompt_key: str) -> datasets.Dataset:
     reward_type = table.schema.field("reward_model").type
     if not (pa.types.is_struct(reward_type) and reward_type.get_field_index("ground_truth") >= 0):
         raise DataError(f"{path}: column reward_model must be a struct with a ground_truth field, got {reward_type}")
-    if table.num_rows == 0:
-        raise DataError(f"{path} has no rows")
     return datasets.Dataset(table)
 
 

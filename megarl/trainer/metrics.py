@@ -18,7 +18,8 @@ from megarl.config import ConfigError
 
 LOGGERS = ("console", "tensorboard", "wandb")
 CONSOLE_KEYS = ("critic/score/mean", "actor/pg_loss", "actor/entropy", "actor/ppo_kl", "critic/vf_loss",
-                "response_length/mean", "rollout/logprob_mult_error", "timing_s/step")
+                "response_length/mean", "rollout/logprob_mult_error", "train/loss", "train/grad_norm", "train/lr",
+                "timing_s/step")
 INSTALL = {"tensorboard": "pip install tensorboard", "wandb": "pip install wandb"}
 
 

@@ -1,4 +1,4 @@
-"""The RL roles as controller workers (parallel.worker.Worker): what each GPU's process hosts."""
+"""The RL roles (and the SFT role) as controller workers (parallel.worker.Worker): what each GPU's process hosts."""
 
 from megarl.config.schema import MegatronConfig
 from parallel import topology

@@ -1,4 +1,4 @@
-"""What the actor's and the critic's updates share: micro-batches, mini-batch packing with per-token loss
+"""What the actor's, the critic's and the SFT updates share: micro-batches, mini-batch packing with per-token loss
 weights, the epoch/mini-batch loop, and metric reduction.
 
 Updates run on packed sequences split over context-parallel ranks, so every loss is a per-token weighted sum:
@@ -55,14 +55,20 @@ def pack_mini_batch(part: Batch, fields: dict[str, torch.Tensor], loss_agg_mode:
         "token_mean": token_weights(mask, "token-mean", tokens),
     }
     seqs = sequences(part)
-    per_token = {name: at_next_token_positions(part, values) for name, values in fields.items()}
     groups = micro_batches([len(s) for s in seqs], section.use_dynamic_bsz, section.ppo_micro_batch_size_per_gpu,
                            section.ppo_max_token_len_per_gpu)
+    return pack_groups(part, seqs, fields, groups, device), tokens
+
+
+def pack_groups(part: Batch, seqs: list[torch.Tensor], fields: dict[str, torch.Tensor], groups: list[list[int]],
+                device) -> list[PackedBatch]:
+    """`part`'s sequences `seqs`, one packed batch per group of indices for this context-parallel rank, with
+    the response `fields` ([B, R] each) as token fields."""
+    per_token = {name: at_next_token_positions(part, values) for name, values in fields.items()}
     cp_size, cp_rank = parallel_state.get_context_parallel_world_size(), parallel_state.get_context_parallel_rank()
-    packed = [pack_sequences([seqs[i] for i in group], cp_size, cp_rank, device,
-                             {name: [values[i] for i in group] for name, values in per_token.items()})
-              for group in groups]
-    return packed, tokens
+    return [pack_sequences([seqs[i] for i in group], cp_size, cp_rank, device,
+                           {name: [values[i] for i in group] for name, values in per_token.items()})
+            for group in groups]
 
 
 def reduce_metrics(step: dict[str, float], device) -> dict[str, float]:

@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from megarl.config import ConfigError, MegaRLConfig, describe_keys, load_config, save_config
-from megarl.config.loader import SCHEMA_KEYS
+from megarl.config import SFT_RECIPE, ConfigError, MegaRLConfig, describe_keys, load_config, save_config
+from megarl.config.loader import RL_RECIPE
 from megarl.config.verl_keys import VERL_PREFIXES, VERL_RENAMES, translate_verl_key
 from tests.helpers import REPO_ROOT
 
@@ -115,16 +115,16 @@ def test_saved_config_reloads_identically(tmp_path):
 
 def test_verl_translation_table_points_at_real_keys():
     for verl_key in VERL_RENAMES:
-        assert translate_verl_key(verl_key).split(" ")[0] in SCHEMA_KEYS, verl_key
+        assert translate_verl_key(verl_key).split(" ")[0] in RL_RECIPE.keys, verl_key
     for ours in VERL_PREFIXES.values():
-        assert ours.rstrip(".") in SCHEMA_KEYS or any(k.startswith(ours) for k in SCHEMA_KEYS)
+        assert ours.rstrip(".") in RL_RECIPE.keys or any(k.startswith(ours) for k in RL_RECIPE.keys)
     assert translate_verl_key("actor_rollout_ref.rollout.val_kwargs.temperature") == "rollout.val_kwargs.temperature"
     assert translate_verl_key("data.train_batch_size") is None
 
 
 def test_every_key_is_described():
     text = describe_keys()
-    for key, kind in SCHEMA_KEYS.items():
+    for key, kind in RL_RECIPE.keys.items():
         if kind != "section":
             assert f"\n{key} = " in "\n" + text
     assert "critic.ppo_mini_batch_size = ${actor.ppo_mini_batch_size}" in text
@@ -132,5 +132,5 @@ def test_every_key_is_described():
 
 @pytest.mark.parametrize("recipe", sorted((REPO_ROOT / "recipes").glob("*.yaml")), ids=lambda p: p.name)
 def test_every_bundled_recipe_loads(recipe):
-    cfg = load_config(recipe)
+    cfg = load_config(recipe, schema=SFT_RECIPE if "_sft" in recipe.stem else RL_RECIPE)  # SFT recipes say so
     assert cfg.data.train_files

@@ -1,0 +1,102 @@
+"""Consistency checks across a loaded SFT config (each problem names its key and the fix), and the SFT recipe
+schema that `load_config` loads with them."""
+
+from __future__ import annotations
+
+from megarl.config.loader import ConfigError, RecipeSchema
+from megarl.config.sft_schema import SFTConfig
+from megarl.config.validate import (
+    LOGGERS,
+    LR_DECAY_STYLES,
+    RECOMPUTE_GRANULARITIES,
+    check_choice,
+    check_mesh_fits_model,
+    divisors,
+    read_hf_config,
+)
+from megarl.config.verl_keys import translate_verl_sft_key
+from megarl.data.sft_dataset import SFT_TRUNCATIONS
+from parallel.controller import LAUNCHERS
+
+
+def validate_sft_config(cfg: SFTConfig) -> None:
+    problems: list[str] = []
+    _check_choices(cfg, problems)
+    if not _check_sizes(cfg, problems):
+        _check_batches(cfg, problems)
+    _check_against_model(cfg, problems)
+    if problems:
+        raise ConfigError(problems)
+
+
+def _check_choices(cfg: SFTConfig, problems: list[str]) -> None:
+    check_choice(problems, "data.truncation", cfg.data.truncation, SFT_TRUNCATIONS)
+    check_choice(problems, "optim.lr_decay_style", cfg.optim.lr_decay_style, LR_DECAY_STYLES)
+    check_choice(problems, "actor.megatron.recompute_granularity", cfg.actor.megatron.recompute_granularity,
+                 RECOMPUTE_GRANULARITIES)
+    if len(cfg.optim.betas) != 2:
+        problems.append(f"optim.betas={cfg.optim.betas} must be two numbers, e.g. [0.9, 0.95]")
+    for logger in cfg.trainer.logger:
+        check_choice(problems, "trainer.logger", logger, LOGGERS)
+    check_choice(problems, "trainer.launcher", cfg.trainer.launcher, LAUNCHERS)
+    if not cfg.data.response_key:
+        problems.append("data.response_key is empty: name the column holding the responses, e.g. extra_info.answer")
+
+
+def _check_sizes(cfg: SFTConfig, problems: list[str]) -> bool:
+    """Whether a size that must be positive is not (then the batch arithmetic is skipped)."""
+    positive = {
+        "data.max_length": cfg.data.max_length,
+        "data.train_batch_size": cfg.data.train_batch_size,
+        "data.micro_batch_size_per_gpu": cfg.data.micro_batch_size_per_gpu,
+        "data.max_token_len_per_gpu": cfg.data.max_token_len_per_gpu,
+        "trainer.total_epochs": cfg.trainer.total_epochs,
+        "trainer.nnodes": cfg.trainer.nnodes,
+        "trainer.n_gpus_per_node": cfg.trainer.n_gpus_per_node,
+        "trainer.collective_timeout_s": cfg.trainer.collective_timeout_s,
+    }
+    if cfg.trainer.total_training_steps is not None:
+        positive["trainer.total_training_steps"] = cfg.trainer.total_training_steps
+    for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
+        positive[f"actor.megatron.{name}"] = getattr(cfg.actor.megatron, name)
+    bad = [f"{key}={value} must be at least 1" for key, value in positive.items() if value < 1]
+    problems.extend(bad)
+    return bool(bad)
+
+
+def _check_batches(cfg: SFTConfig, problems: list[str]) -> None:
+    mp = cfg.actor.megatron.model_parallel_size
+    if cfg.world_size % mp:
+        problems.append(
+            f"actor.megatron: tensor × pipeline × context parallel = {mp} does not divide the {cfg.world_size} "
+            "GPUs (trainer.nnodes × trainer.n_gpus_per_node)"
+        )
+        return
+    dp, batch, micro = cfg.dp_size, cfg.data.train_batch_size, cfg.data.micro_batch_size_per_gpu
+    if batch % dp:
+        problems.append(
+            f"data.train_batch_size={batch} cannot be split over {dp} data-parallel ranks "
+            f"(GPUs / model-parallel size): make it a multiple of {dp}"
+        )
+    elif not cfg.data.use_dynamic_bsz and (batch // dp) % micro:
+        problems.append(
+            f"data.micro_batch_size_per_gpu={micro} does not divide the {batch // dp} samples each data-parallel "
+            f"rank gets per step: use one of {divisors(batch // dp)}, or data.use_dynamic_bsz=true"
+        )
+
+
+def _check_against_model(cfg: SFTConfig, problems: list[str]) -> None:
+    hf = read_hf_config(cfg.model.path)
+    if hf is None:
+        return
+    where = f"{cfg.model.path}/config.json"
+    check_mesh_fits_model(problems, "actor", cfg.actor.megatron, hf, where)
+    max_positions = hf.get("max_position_embeddings")
+    if max_positions and cfg.data.max_length > max_positions:
+        problems.append(
+            f"data.max_length={cfg.data.max_length} exceeds the model's max_position_embeddings={max_positions} "
+            f"({where})"
+        )
+
+
+SFT_RECIPE = RecipeSchema(SFTConfig, validate_sft_config, translate_verl_sft_key, "megarl sft")
