@@ -36,7 +36,7 @@ def _row(a: int, b: int, split: str, index: int, graded_format: bool = True) -> 
 
 
 def arithmetic_splits(max_operand: int = 19, test_fraction: float = 0.2, sft_copies: int = 4,
-                      sft_format_rate: float = 0.3, seed: int = 0) -> dict[str, list[dict]]:
+                      sft_format_rate: float = 0.2, seed: int = 0) -> dict[str, list[dict]]:
     """Every pair (a, b) with 0 ≤ a, b ≤ max_operand, shuffled into train and test; `sft_copies` copies of each
     train pair for the warm start, each in the graded format with probability `sft_format_rate`."""
     rng = random.Random(seed)
