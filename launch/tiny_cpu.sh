@@ -5,6 +5,7 @@
 #
 # Usage: bash launch/tiny_cpu.sh [grpo|ppo] [key=value ...]   (overrides go to the RL recipe)
 #   LAUNCHER=torchrun bash launch/tiny_cpu.sh grpo           (default: Ray, started locally)
+#   NPROC=1 bash launch/tiny_cpu.sh grpo rollout.name=sglang (processes, or GPUs when CUDA is there; default 2)
 # Outputs go to outputs/tiny_cpu/: data/, init/ (random weights), sft/hf (the warm start), grpo/ or ppo/
 # (metrics.jsonl, tensorboard/ ...). The data, init and SFT stages are skipped when their output exists.
 set -euo pipefail
@@ -14,11 +15,13 @@ case "$algorithm" in grpo|ppo) ;; *) echo "usage: $0 [grpo|ppo] [key=value ...]"
 out=outputs/tiny_cpu
 export RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled}
 
-run() {  # megarl under the chosen launcher, on 2 processes
+nproc=${NPROC:-2}
+
+run() {  # megarl under the chosen launcher, on $nproc processes
   if [ "${LAUNCHER:-ray}" = torchrun ]; then
-    python -m torch.distributed.run --nproc-per-node 2 -m "megarl.$1" "${@:2}"
+    python -m torch.distributed.run --nproc-per-node "$nproc" -m "megarl.$1" "${@:2}" trainer.n_gpus_per_node="$nproc"
   else
-    python -m "megarl.$1" "${@:2}"
+    python -m "megarl.$1" "${@:2}" trainer.n_gpus_per_node="$nproc"
   fi
 }
 

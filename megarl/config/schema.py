@@ -39,9 +39,9 @@ class MegatronConfig:
     tensor_model_parallel_size: int = 1
     pipeline_model_parallel_size: int = 1
     context_parallel_size: int = 1
-    param_offload: bool = False
-    grad_offload: bool = False
-    optimizer_offload: bool = False
+    param_offload: bool = False  # not implemented yet (a recipe that sets it is refused)
+    grad_offload: bool = False  # not implemented yet (a recipe that sets it is refused)
+    optimizer_offload: bool = False  # Adam state and its step on the CPU (megatron HybridDeviceOptimizer)
     recompute_granularity: Optional[str] = None  # None | full | selective
 
     @property

@@ -60,6 +60,10 @@ def _check_choices(cfg: MegaRLConfig, problems: list[str]) -> None:
             section.megatron.recompute_granularity,
             RECOMPUTE_GRANULARITIES,
         )
+        for offload in ("param_offload", "grad_offload"):
+            if getattr(section.megatron, offload):
+                problems.append(f"{role}.megatron.{offload} is not implemented yet: set it to false "
+                                f"({role}.megatron.optimizer_offload=true moves the optimizer state to host memory)")
         if len(section.optim.betas) != 2:
             problems.append(f"{role}.optim.betas={section.optim.betas} must be two numbers, e.g. [0.9, 0.999]")
     for logger in cfg.trainer.logger:

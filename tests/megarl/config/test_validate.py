@@ -149,3 +149,9 @@ def test_critic_and_reference_sizes_are_checked_when_those_roles_run():
     load_config(overrides=["critic.forward_micro_batch_size_per_gpu=0", "algorithm.adv_estimator=remax"])
     msg = one_problem("actor.use_kl_loss=true", "ref.log_prob_micro_batch_size_per_gpu=0")
     assert msg == "ref.log_prob_micro_batch_size_per_gpu=0 must be at least 1"
+
+
+def test_parameter_and_gradient_offload_are_refused_until_built():
+    assert "actor.megatron.param_offload is not implemented yet" in one_problem("actor.megatron.param_offload=true")
+    assert "critic.megatron.grad_offload is not implemented yet" in one_problem("critic.megatron.grad_offload=true")
+    load_config(overrides=["actor.megatron.optimizer_offload=true"])

@@ -1,0 +1,86 @@
+"""GPU (one H200, SGLang rollout): the tiny recipe learns as on CPU, and the Qwen2.5-0.5B PPO recipe runs 3 steps
+on a random-weight 0.5B model with every metric issue #6 names. Both run under torchrun (no Ray staging needed).
+
+Rows for benchmarks/results/ go to $MEGARL_RESULTS_DIR/recipes_gpu.json when it is set."""
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.helpers import REPO_ROOT, SHARED_DATA
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA and SGLang (the device machines)")
+
+ENV = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+       "CUDA_VISIBLE_DEVICES": "0"}
+SGLANG = ["rollout.name=sglang", "rollout.gpu_memory_utilization=0.3", "rollout.engine_kwargs.attention_backend=triton",
+          "rollout.engine_kwargs.sampling_backend=pytorch", "rollout.engine_kwargs.cuda_graph_max_bs_decode=64"]
+METRICS = {f"actor/{k}" for k in ("entropy", "pg_loss", "pg_clipfrac", "ppo_kl", "grad_norm", "lr")} | {
+    f"critic/{k}" for k in ("vf_loss", "vpred_mean", "score/mean", "rewards/mean", "advantages/mean", "returns/mean")
+} | {f"timing_s/{k}" for k in ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic",
+                                  "update_actor", "update_weights", "step")} | {
+    "response_length/mean", "perf/throughput", "perf/mfu/actor", "perf/max_memory_allocated_gb",
+    "rollout/logprob_mult_error"}
+
+
+def read_metrics(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def record(row):
+    out = os.environ.get("MEGARL_RESULTS_DIR")
+    if not out:
+        return
+    row = {"date": datetime.date.today().isoformat(), "commit": os.environ.get("MEGARL_COMMIT", "unknown"),
+           "machine": "nvidia-h200", "dtype": "bf16", "backend": "sglang", **row}
+    path = os.path.join(out, "recipes_gpu.json")
+    rows = json.load(open(path)) if os.path.exists(path) else []
+    with open(path, "w") as f:
+        json.dump(rows + [row], f, indent=1)
+
+
+def test_tiny_grpo_learns_on_one_gpu(tmp_path):
+    for name in ("recipes", "launch"):
+        (tmp_path / name).symlink_to(REPO_ROOT / name)
+    proc = subprocess.run(["bash", "launch/tiny_cpu.sh", "grpo", *SGLANG], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=900, env={**ENV, "LAUNCHER": "torchrun", "NPROC": "1"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    rows = read_metrics(tmp_path / "outputs/tiny_cpu/grpo/metrics.jsonl")
+    steps = [r for r in rows if r["step"] > 0]
+    scores = [s["critic/score/mean"] for s in steps]
+    validation = {r["step"]: r[k] for r in rows for k in r if k.startswith("val-core/")}
+    record({"what": "tiny-grpo-recipe", "command": "MEGARL_RESULTS_DIR=$OUT python -m pytest "
+            "tests/gpu/test_recipes_gpu.py -k tiny", "model_shape": "tiny", "scores": scores,
+            "validation": validation, "step_s_median": sorted(s["timing_s/step"] for s in steps)[len(steps) // 2],
+            "logprob_mult_error_max": max(s["rollout/logprob_mult_error"] for s in steps)})
+    assert scores[0] <= 0.4 and sum(scores[-3:]) / 3 >= 0.8, scores
+    assert validation[0] <= 0.4 and validation[max(validation)] >= 0.8, validation
+
+
+def test_qwen2_5_0_5b_ppo_three_steps(tmp_path):
+    from megarl.data.preprocess import preprocess
+    from megarl.models.init_model import write_model
+
+    model = write_model("qwen2.5-0.5b", tmp_path / "model", dtype=torch.bfloat16)
+    data = preprocess("gsm8k", str(SHARED_DATA / "gsm8k"), tmp_path / "gsm8k")
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", "-m", "megarl.train",
+           "--recipe", str(REPO_ROOT / "recipes/qwen2_5_0_5b_ppo_gsm8k.yaml"), f"model.path={model}",
+           f"data.train_files=[{data['train']}]", f"data.val_files=[{data['test']}]", "data.val_batch_size=256",
+           "trainer.total_training_steps=3", "trainer.test_freq=3", "trainer.val_before_train=false",
+           f"trainer.output_dir={out}", *SGLANG]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900, env=ENV)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    steps = read_metrics(out / "metrics.jsonl")
+    record({"what": "qwen2.5-0.5b-ppo-recipe", "command": "MEGARL_RESULTS_DIR=$OUT python -m pytest "
+            "tests/gpu/test_recipes_gpu.py -k qwen2_5", "model_shape": "qwen2.5-0.5b", "random_init": True,
+            "steps": steps})
+    assert [s["step"] for s in steps] == [1, 2, 3]
+    for step in steps:
+        assert METRICS <= step.keys(), sorted(METRICS - step.keys())
+    assert any(k.startswith("val-core/openai/gsm8k/reward/mean@") for k in steps[-1])
