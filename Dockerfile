@@ -23,7 +23,7 @@ COPY parallel ./parallel
 COPY recipes ./recipes
 COPY launch ./launch
 # The accelerators compile against the image's torch and CUDA, so no build isolation.
-RUN pip install ".[gpu]" \
+RUN pip install ".[gpu,loggers]" \
     && pip install --no-build-isolation ".[accel]"
 
 CMD ["megarl"]

@@ -17,6 +17,7 @@ install_requires = [
     "psutil",  # megatron's async checkpoint save hangs without it
     TRANSFORMERS,
     "tokenizers",
+    "tqdm",  # the console logger's progress bar
 ]
 
 extras_require = {
@@ -27,7 +28,11 @@ extras_require = {
         "pytest-timeout",
         "hypothesis",
         "math-verify>=0.7",
+        "tensorboard",
+        "wandb",
     ],
+    # Metrics loggers beyond the console and metrics.jsonl (trainer.logger).
+    "loggers": ["tensorboard", "wandb"],
     # GPU training and rollout: SGLang and the versions it pins.
     "gpu": [
         "sglang==0.5.16",

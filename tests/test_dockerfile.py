@@ -30,7 +30,7 @@ def test_image_pins_nothing_but_what_setup_py_pins():
     pins = {**gpu_pins(), **{r.split("==")[0]: r.split("==")[1] for r in importlib.metadata.requires("megarl")
                               if "==" in r and ";" not in r}}
     assert all(pins.get(name) == version for name, version in pinned.items()), pinned
-    assert 'pip install ".[gpu]"' in DOCKERFILE and '".[accel]"' in DOCKERFILE
+    assert 'pip install ".[gpu,loggers]"' in DOCKERFILE and '".[accel]"' in DOCKERFILE
 
 
 def test_image_carries_the_package_recipes_and_launchers():

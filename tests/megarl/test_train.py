@@ -39,6 +39,16 @@ def test_bad_input_is_an_error_naming_the_key(runnable, tmp_path, capsys):
     assert not (tmp_path / "run" / "config.yaml").exists()
 
 
-def test_a_logger_this_build_lacks_is_an_error_before_anything_starts(runnable, capsys):
-    assert main([*runnable, "trainer.logger=[console,wandb]"]) == 2
-    assert "trainer.logger: ['wandb'] not available in this build yet" in capsys.readouterr().err
+def test_malformed_parquet_stops_before_any_worker_starts(runnable, tmp_path, capsys):
+    from megarl.models.init_model import write_model
+
+    runnable = [*runnable, f"model.path={write_model('tiny', tmp_path / 'tiny')}", "data.max_prompt_length=16",
+                "data.max_response_length=8"]
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"PAR1 not really")
+    assert main([*runnable, f"data.train_files=[{broken}]"]) == 2
+    assert f"{broken} is not a readable parquet file" in capsys.readouterr().err
+    no_truth = tmp_path / "no_truth.parquet"
+    datasets.Dataset.from_list([{"data_source": "openai/gsm8k", "prompt": "q"}]).to_parquet(str(no_truth))
+    assert main([*runnable, f"data.train_files=[{no_truth}]"]) == 2
+    assert "missing column(s) ['reward_model']" in capsys.readouterr().err

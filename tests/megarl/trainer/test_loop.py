@@ -13,7 +13,7 @@ import torch
 
 from tests.helpers import REPO_ROOT, make_tokenizer
 
-ENV = {**os.environ, "RAY_AUTH_MODE": "disabled",
+ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "WANDB_MODE": "offline",
        "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
 
 
@@ -57,7 +57,8 @@ def test_grpo_with_kl_loss_under_torchrun(setup, tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "megarl.train",
            *overrides(setup, out, "algorithm.adv_estimator=grpo", "actor.use_kl_loss=true",
-                      "actor.megatron.tensor_model_parallel_size=2", "actor.ppo_mini_batch_size=2")]
+                      "actor.megatron.tensor_model_parallel_size=2", "actor.ppo_mini_batch_size=2",
+                      "trainer.logger=[console,tensorboard,wandb]")]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-5000:]
     steps = read_metrics(out)
@@ -66,6 +67,8 @@ def test_grpo_with_kl_loss_under_torchrun(setup, tmp_path):
     assert steps[0]["actor/ppo_kl"] == pytest.approx(0.0, abs=1e-6)  # one mini-batch: its update starts at ratio 1
     assert steps[0]["rollout/logprob_mult_error"] <= 1.001
     assert "step 2/2" in proc.stdout
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+    assert list((out / "wandb").glob("offline-run-*"))
 
 
 def test_ppo_with_a_critic_under_ray(setup, tmp_path):
