@@ -84,7 +84,7 @@ class SyncStats:
     buckets: int = 0
 
     def metrics(self) -> dict[str, float]:
-        return {"timing_s/update_weights": self.seconds, "update_weights/bytes_received_gb": self.bytes_received / 1e9,
+        return {"update_weights/stream_s": self.seconds, "update_weights/bytes_received_gb": self.bytes_received / 1e9,
                 "update_weights/peak_extra_memory_gb": self.peak_extra_bytes / 1e9}
 
 

@@ -42,7 +42,7 @@ def test_generate_then_actor_log_probs_under_both_launchers(model_dir, tmp_path)
     assert torchrun["uid"] == ["0", "0", "1", "1", "2", "2", "3", "3"]  # rollout.n=2 responses per prompt
     assert torchrun["rollout/logprob_max_abs_diff"] <= 1e-5
     assert torchrun["greedy_uid"] == ["0", "1", "2", "3"]  # validation: val_kwargs.n=1, greedy
-    assert "timing_s/update_weights" in torchrun["sync_metrics"]
+    assert "update_weights/stream_s" in torchrun["sync_metrics"]
 
 
 def test_one_engine_over_the_training_tp_group(model_dir, tmp_path):
