@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from typing import Sequence
 
-from megarl.config import ConfigError, MegaRLConfig, check_inputs_exist, describe_keys, load_config, save_config
-from megarl.data.dataset import DataError
+from megarl.config import RL_RECIPE, MegaRLConfig, check_inputs_exist
 from megarl.placement import describe_placement
+from megarl.recipe_command import run_recipe_command
 from megarl.rewards.scorer import RewardFunctionError
 from parallel.controller import WorkerError
 
@@ -21,45 +20,16 @@ def check_runnable(cfg: MegaRLConfig) -> None:
     check_inputs_exist(models, cfg.data.train_files, cfg.data.val_files)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="megarl train",
-        description="Run an RL recipe. Overrides use dotted keys: megarl train --recipe R.yaml rollout.n=8",
-    )
-    parser.add_argument("--recipe", help="recipe YAML (defaults apply to every key it leaves out)")
-    parser.add_argument("--dry-run", action="store_true", help="validate, write the resolved config, and stop")
-    parser.add_argument("--help-keys", action="store_true", help="list every config key with its default")
-    parser.add_argument("overrides", nargs="*", metavar="key.sub=value")
-    return parser
+def run(cfg: MegaRLConfig) -> None:
+    from megarl.trainer.loop import train
+
+    train(cfg)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.help_keys:
-        print(describe_keys())
-        return 0
-    try:
-        cfg = load_config(args.recipe, args.overrides)
-        check_runnable(cfg)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    path = save_config(cfg, cfg.trainer.output_dir)
-    print(f"resolved config written to {path}")
-    print(describe_placement(cfg))
-    if args.dry_run:
-        return 0
-    from megarl.trainer.loop import train
-
-    try:
-        train(cfg)
-    except (ConfigError, DataError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except (WorkerError, RewardFunctionError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    return 0
+    return run_recipe_command(argv, RL_RECIPE, "Run an RL recipe. Overrides use dotted keys: "
+                              "megarl train --recipe R.yaml rollout.n=8", check=check_runnable,
+                              describe=describe_placement, run=run, failures=(WorkerError, RewardFunctionError))
 
 
 if __name__ == "__main__":

@@ -157,25 +157,31 @@ class RewardConfig:
 
 
 @dataclass(frozen=True)
-class TrainerConfig:
+class RunConfig:
+    """What every megarl run (RL or SFT) has: names, length, loggers, seed, cluster shape, launcher."""
+
     project_name: str = "megarl"
     experiment_name: str = "default"
     output_dir: str = "outputs/${trainer.project_name}/${trainer.experiment_name}"
     total_epochs: int = 1
     total_training_steps: Optional[int] = None  # None: total_epochs over the data
+    logger: List[str] = field(default_factory=lambda: ["console"])  # console | tensorboard | wandb
+    seed: int = 1
+    nnodes: int = 1
+    n_gpus_per_node: int = 1
+    launcher: str = "auto"  # auto (torchrun when started by torchrun, else Ray) | ray | torchrun
+    collective_timeout_s: int = 600  # a collective waiting longer than this fails the run (a dead rank)
+
+
+@dataclass(frozen=True)
+class TrainerConfig(RunConfig):
     save_freq: int = -1  # steps between checkpoints; -1: never
     test_freq: int = -1  # steps between validations; -1: never
     val_before_train: bool = True
     max_ckpt_to_keep: Optional[int] = None
     resume_mode: str = "auto"  # auto | disable | resume_path
     resume_from_path: Optional[str] = None
-    logger: List[str] = field(default_factory=lambda: ["console"])  # console | tensorboard | wandb
     critic_warmup: int = 0  # steps that update only the critic
-    seed: int = 1
-    nnodes: int = 1
-    n_gpus_per_node: int = 1
-    launcher: str = "auto"  # auto (torchrun when started by torchrun, else Ray) | ray | torchrun
-    collective_timeout_s: int = 600  # a collective waiting longer than this fails the run (a dead rank)
 
 
 @dataclass(frozen=True)

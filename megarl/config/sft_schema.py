@@ -8,9 +8,9 @@ the SFT output can keep them as they are.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import List
 
-from megarl.config.schema import MegatronConfig, ModelConfig, OptimConfig
+from megarl.config.schema import MegatronConfig, ModelConfig, OptimConfig, RunConfig
 
 
 @dataclass(frozen=True)
@@ -34,19 +34,9 @@ class SFTActorConfig:
 
 
 @dataclass(frozen=True)
-class SFTTrainerConfig:
-    project_name: str = "megarl"
-    experiment_name: str = "sft"
-    output_dir: str = "outputs/${trainer.project_name}/${trainer.experiment_name}"  # the HF model goes to hf/
-    total_epochs: int = 1
-    total_training_steps: Optional[int] = None  # None: total_epochs over the data
+class SFTTrainerConfig(RunConfig):
+    experiment_name: str = "sft"  # the HF model goes to {output_dir}/hf
     test_freq: int = -1  # steps between val/loss evaluations; -1: after the last step only
-    logger: List[str] = field(default_factory=lambda: ["console"])  # console | tensorboard | wandb
-    seed: int = 1
-    nnodes: int = 1
-    n_gpus_per_node: int = 1
-    launcher: str = "auto"  # auto (torchrun when started by torchrun, else Ray) | ray | torchrun
-    collective_timeout_s: int = 600  # a collective waiting longer than this fails the run (a dead rank)
 
 
 @dataclass(frozen=True)

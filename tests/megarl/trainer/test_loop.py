@@ -9,9 +9,8 @@ import sys
 
 import datasets
 import pytest
-import torch
 
-from tests.helpers import REPO_ROOT, make_tokenizer
+from tests.helpers import REPO_ROOT, make_chat_model
 
 ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "WANDB_MODE": "offline",
        "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
@@ -19,15 +18,8 @@ ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "WANDB_MODE": "offline",
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
     root = tmp_path_factory.mktemp("loop")
-    tokenizer = make_tokenizer(root / "model")
-    torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    Qwen2ForCausalLM(config).save_pretrained(root / "model")
+    make_chat_model(root / "model")
     rows = [{"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": f"What is {a} + {b}? ####"}],
              "reward_model": {"ground_truth": str(a + b)}} for a, b in [(1, 2), (3, 4), (2, 2), (5, 1)]]
     datasets.Dataset.from_list(rows).to_parquet(str(root / "train.parquet"))

@@ -1,0 +1,47 @@
+"""What `megarl train` and `megarl sft` share: `--recipe R.yaml key.sub=value ...`, `--dry-run`, `--help-keys`,
+the resolved config written before anything runs, and exit codes (2: fix the recipe or the data; 1: the run
+failed)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Callable, Sequence
+
+from megarl.config import ConfigError, RecipeSchema, describe_keys, load_config, save_config
+from megarl.data.dataset import DataError
+
+
+def run_recipe_command(argv: Sequence[str] | None, schema: RecipeSchema, description: str, *,
+                       check: Callable[[Any], None], describe: Callable[[Any], str], run: Callable[[Any], None],
+                       failures: tuple[type[Exception], ...]) -> int:
+    """`check(cfg)` raises ConfigError for what is missing on disk; `describe(cfg)` says where the run goes;
+    `run(cfg)` runs it, raising one of `failures` when it fails."""
+    parser = argparse.ArgumentParser(prog=schema.command, description=description)
+    parser.add_argument("--recipe", help="recipe YAML (defaults apply to every key it leaves out)")
+    parser.add_argument("--dry-run", action="store_true", help="validate, write the resolved config, and stop")
+    parser.add_argument("--help-keys", action="store_true", help="list every config key with its default")
+    parser.add_argument("overrides", nargs="*", metavar="key.sub=value")
+    args = parser.parse_args(argv)
+    if args.help_keys:
+        print(describe_keys(schema))
+        return 0
+    try:
+        cfg = load_config(args.recipe, args.overrides, schema)
+        check(cfg)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"resolved config written to {save_config(cfg, cfg.trainer.output_dir)}")
+    print(describe(cfg))
+    if args.dry_run:
+        return 0
+    try:
+        run(cfg)
+    except (ConfigError, DataError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except failures as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
