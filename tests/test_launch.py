@@ -25,7 +25,7 @@ def free_port() -> int:
 def test_the_launchers_exist():
     names = {p.relative_to(REPO_ROOT).as_posix() for p in SCRIPTS}
     assert names == {"launch/torchrun.sh", "launch/ray_submit.sh", "launch/slurm/ray_cluster.sbatch",
-                     "launch/slurm/torchrun.sbatch"}
+                     "launch/slurm/torchrun.sbatch", "launch/tiny_cpu.sh"}
     assert (REPO_ROOT / "launch/runtime_env.yaml").is_file()
 
 
