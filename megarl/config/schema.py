@@ -163,12 +163,12 @@ class TrainerConfig:
     output_dir: str = "outputs/${trainer.project_name}/${trainer.experiment_name}"
     total_epochs: int = 1
     total_training_steps: Optional[int] = None  # None: total_epochs over the data
-    save_freq: int = -1  # steps between checkpoints; -1: never
+    save_freq: int = -1  # steps between checkpoints (and one at the last step); -1: never. docs/checkpoints.md
     test_freq: int = -1  # steps between validations; -1: never
     val_before_train: bool = True
-    max_ckpt_to_keep: Optional[int] = None
-    resume_mode: str = "auto"  # auto | disable | resume_path
-    resume_from_path: Optional[str] = None
+    max_ckpt_to_keep: Optional[int] = None  # None: keep every checkpoint
+    resume_mode: str = "auto"  # auto (the newest complete checkpoint, if any) | disable | resume_path
+    resume_from_path: Optional[str] = None  # a global_step_K directory, with resume_mode=resume_path
     logger: List[str] = field(default_factory=lambda: ["console"])  # console | tensorboard | wandb
     critic_warmup: int = 0  # steps that update only the critic
     seed: int = 1

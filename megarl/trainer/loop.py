@@ -2,7 +2,7 @@
 
 One step: generate `rollout.n` responses per prompt → score → old log-probs (and the engine/trainer log-prob
 gate) → reference log-probs → values → rewards (KL penalty) → advantages → critic update → actor update →
-weight sync.
+weight sync → a checkpoint every `trainer.save_freq` steps (megarl/trainer/checkpoint.py, which also resumes).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from megarl.rewards.function import load_reward_function
 from megarl.rewards.scorer import RewardScorer
 from megarl.rollout.batch import prompt_batch
 from megarl.rollout.gates import check_logprob_agreement, logprob_agreement
+from megarl.trainer.checkpoint import Checkpointer, find_resume_checkpoint
 from megarl.trainer.metrics import MetricsLogger, check_loggers
 from megarl.trainer.stages import advantages, data_metrics, rewards, score
 from megarl.workers.actor import ActorWorker
@@ -42,6 +43,7 @@ def total_steps(cfg: MegaRLConfig, loader: PromptLoader) -> int:
 
 def train(cfg: MegaRLConfig) -> None:
     check_loggers(cfg)
+    resume_from = find_resume_checkpoint(cfg)  # before anything starts: a wrong resume path fails at once
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path,
                                               trust_remote_code=cfg.model.trust_remote_code)
     dataset = RLDataset(cfg.data.train_files, tokenizer, max_prompt_length=cfg.data.max_prompt_length,
@@ -60,9 +62,12 @@ def train(cfg: MegaRLConfig) -> None:
         critic = cluster[pools["critic"]].spawn("critic", CriticWorker, cfg, steps) if cfg.use_critic else None
         rollout = cluster[pools["rollout"]].spawn("rollout", RolloutWorker, cfg)
         logger = MetricsLogger(cfg, steps, cluster.is_driver)
-        rollout.sync_weights()
+        checkpoints = Checkpointer(cfg, cluster.is_driver, {"actor": actor, "critic": critic},
+                                   {"loader": loader, "kl_controller": kl_controller})
+        start = checkpoints.load(resume_from)
+        rollout.sync_weights()  # after the load: the engine serves the restored actor
         data = iter(_forever(loader))
-        for step in range(1, steps + 1):
+        for step in range(start + 1, steps + 1):
             metrics: dict[str, float] = {}
             with timed(metrics, "step"):
                 prompts = prompt_batch(next(data), first_uid=step * cfg.data.train_batch_size)
@@ -102,6 +107,7 @@ def train(cfg: MegaRLConfig) -> None:
                     metrics.update(rollout.sync_weights())
             metrics.update(reward_metrics, **kl_metrics, **gate, **data_metrics(batch, cfg.data.max_response_length))
             logger.log(step, metrics)
+            checkpoints.maybe_save(step, steps)
 
 
 def _forever(loader: PromptLoader):

@@ -42,3 +42,9 @@ def test_bad_input_is_an_error_naming_the_key(runnable, tmp_path, capsys):
 def test_a_logger_this_build_lacks_is_an_error_before_anything_starts(runnable, capsys):
     assert main([*runnable, "trainer.logger=[console,wandb]"]) == 2
     assert "trainer.logger: ['wandb'] not available in this build yet" in capsys.readouterr().err
+
+
+def test_a_resume_path_that_is_no_checkpoint_is_an_error_before_anything_starts(runnable, tmp_path, capsys):
+    absent = tmp_path / "run" / "checkpoints" / "global_step_5"
+    assert main([*runnable, "trainer.resume_mode=resume_path", f"trainer.resume_from_path={absent}"]) == 2
+    assert f"error: trainer.resume_from_path={absent} does not exist" in capsys.readouterr().err
