@@ -76,6 +76,9 @@ def load_training_checkpoint(role, directory: str | Path) -> None:
     saved = _read_role(directory)
     if saved["role"] != role.role:
         raise CheckpointError(f"{directory} holds a {saved['role']} checkpoint, not a {role.role} one")
+    if not (directory / "optimizer").is_dir():
+        raise CheckpointError(f"{directory} holds weights only (no optimizer/): it can be exported or trained from "
+                              "as a model, not resumed")
     layout, here = saved.get("layout", {}), _layout()
     if any(layout.get(dim) != here[dim] for dim in FIXED_SIZES):
         raise CheckpointError(

@@ -124,7 +124,7 @@ class Checkpointer:
             self.save(step)
 
     def save(self, step: int) -> None:
-        start = time.perf_counter()
+        start, driver_rng = time.perf_counter(), rng.capture()  # captured where the roles capture theirs
         final = step_dir(self.root, step)
         partial = final.with_name(final.name + PARTIAL)
         if self.is_driver:
@@ -134,7 +134,7 @@ class Checkpointer:
             role.save_checkpoint(str(partial / name))  # returns when every rank of the role has written
         if not self.is_driver:
             return
-        state = {"step": step, "rng": rng.capture(), **{name: obj.state_dict() for name, obj in self.state.items()}}
+        state = {"step": step, "rng": driver_rng, **{name: obj.state_dict() for name, obj in self.state.items()}}
         _write_durably(partial / TRAINER_STATE, json.dumps(state))
         replaced = final.with_name(final.name + TRASH)
         if final.exists():  # saved by an earlier run that this one resumed from before this step
@@ -143,8 +143,9 @@ class Checkpointer:
         os.rename(partial, final)
         shutil.rmtree(replaced, ignore_errors=True)
         _write_durably(self.root / TRACKER, str(step))
-        if self.keep:
-            for old in complete_steps(self.root)[:-self.keep]:
+        if self.keep:  # the newest others, and never this one (a resumed older checkpoint's run may have left newer)
+            others = [s for s in complete_steps(self.root) if s != step]
+            for old in others[: max(len(others) - (self.keep - 1), 0)]:
                 _remove(step_dir(self.root, old))
         for leftover in [*self.root.glob(f"*{PARTIAL}"), *self.root.glob(f"*{TRASH}")]:  # of crashed saves
             shutil.rmtree(leftover, ignore_errors=True)

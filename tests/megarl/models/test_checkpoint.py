@@ -98,6 +98,14 @@ def test_training_checkpoint_continues_exactly(saved_at_dp2):
         assert torch.equal(got["draw"], expected["draw"])
 
 
+def test_training_checkpoint_loads_into_another_data_parallel_size(saved_at_dp2, tmp_path):
+    root, model = saved_at_dp2
+    torchrun(1, "resume", model, root, 1)
+    expected, got = torch.load(root / "continue_0.pt"), torch.load(root / "resume_0.pt")
+    assert got["metrics"]["lr"] == expected["metrics"]["lr"]
+    assert all(torch.allclose(got["weights"][name], w, atol=1e-6) for name, w in expected["weights"].items())
+
+
 def test_training_checkpoint_of_another_layout_or_shape_is_refused(saved_at_dp2, tmp_path):
     root, _ = saved_at_dp2
     proc = torchrun(2, "load", root / "model", root, 2, check=False)

@@ -65,6 +65,16 @@ def test_saves_every_save_freq_steps_and_the_last_keeping_the_newest(tmp_path):
     assert json.loads((root / "global_step_5" / "trainer_state.json").read_text())["step"] == 5
 
 
+def test_pruning_keeps_the_checkpoint_just_saved(tmp_path):
+    """A run resumed from an older checkpoint (here: started afresh) saves below the numbers an earlier run left."""
+    cfg = config(tmp_path, "trainer.save_freq=1", "trainer.max_ckpt_to_keep=2")
+    checkpoints, *_ = checkpointer(cfg)
+    for step in (4, 5):
+        checkpoints.save(step)
+    checkpoints.save(1)
+    assert complete_steps(checkpoints_root(cfg)) == [1, 5]
+
+
 def test_no_saves_without_save_freq(tmp_path):
     checkpoints, *_ = checkpointer(config(tmp_path))
     for step in (1, 2):

@@ -17,6 +17,7 @@ import pytest
 import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
+from parallel.topology import free_port
 from tests.helpers import REPO_ROOT
 from tests.megarl.trainer.test_loop import ENV, overrides, read_metrics, setup  # noqa: F401 (setup: the fixture)
 
@@ -43,8 +44,9 @@ def reward(tmp_path_factory):
 
 
 def command(root, out, case, reward):
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "megarl.train",
-            *overrides(root, out, *CASES[case], *RUN, reward)]
+    # A port of its own: a run started right after a killed one, or beside other tests, must not meet theirs.
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+            "-m", "megarl.train", *overrides(root, out, *CASES[case], *RUN, reward)]
 
 
 def run(cmd, log):
