@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import datetime
 import os
+import random
 import socket
 from typing import Iterable, Sequence
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from megatron.core import parallel_state, tensor_parallel
@@ -50,7 +52,9 @@ def init_distributed(timeout_s: float = 600.0) -> None:
 
 
 def init_model_parallel(tp: int = 1, pp: int = 1, cp: int = 1, seed: int = 1) -> None:
-    """Build megatron's mesh over the default group and seed its per-rank RNG streams. megatron keeps one mesh
+    """Build megatron's mesh over the default group, seed the process's generators as Megatron-LM does (Python's and
+    numpy's start from OS entropy otherwise, so two runs of a recipe, or a run and its resumption from a checkpoint,
+    would not draw the same numbers) and megatron's per-rank RNG streams. megatron keeps one mesh
     per process, so roles colocated in a process share it: asking again for the same mesh is a no-op,
     asking for another is an error."""
     if parallel_state.model_parallel_is_initialized():
@@ -66,6 +70,9 @@ def init_model_parallel(tp: int = 1, pp: int = 1, cp: int = 1, seed: int = 1) ->
     parallel_state.initialize_model_parallel(
         tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp
     )
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
     tensor_parallel.model_parallel_cuda_manual_seed(seed)
 
 

@@ -175,12 +175,12 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class TrainerConfig(RunConfig):
-    save_freq: int = -1  # steps between checkpoints; -1: never
+    save_freq: int = -1  # steps between checkpoints (and one at the last step); -1: never. docs/checkpoints.md
     test_freq: int = -1  # steps between validations; -1: never
     val_before_train: bool = True
-    max_ckpt_to_keep: Optional[int] = None
-    resume_mode: str = "auto"  # auto | disable | resume_path
-    resume_from_path: Optional[str] = None
+    max_ckpt_to_keep: Optional[int] = None  # None: keep every checkpoint
+    resume_mode: str = "auto"  # auto (the newest complete checkpoint, if any) | disable | resume_path
+    resume_from_path: Optional[str] = None  # a global_step_K directory, with resume_mode=resume_path
     critic_warmup: int = 0  # steps that update only the critic
 
 

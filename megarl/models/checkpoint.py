@@ -1,60 +1,108 @@
-"""Model checkpoints in megatron's distributed format (any parallel layout can load what another saved),
-kept beside the HF config and tokenizer files they were built from so they can be exported on their own.
+"""Model and training checkpoints of a role in megatron's distributed format, kept beside the HF config and tokenizer
+files they were built from so that each can be exported on its own (`megarl export`).
 
-    DIR/model/     megatron dist_checkpointing of the weights
-    DIR/hf/        config.json, generation_config.json, tokenizer files of the source checkpoint
-    DIR/role.json  {"role": "actor" | "critic"}
+    DIR/model/       megatron dist_checkpointing of the weights (any parallel layout loads it)
+    DIR/hf/          config.json, generation_config.json, tokenizer files of the source checkpoint
+    DIR/role.json    {"role": "actor" | "critic", "layout": the tensor/pipeline/context/data-parallel sizes, "world_size"}
+  a training checkpoint adds:
+    DIR/optimizer/   the distributed optimizer's state (dist_checkpointing) and the LR scheduler's
+    DIR/rng/rank_NNNNN.json   each rank's random number generators (megarl/rng.py)
+
+The optimizer state uses megatron's `dp_reshardable` format (megatron-LM's default: every rank writes and reads
+only its own shard, no gathering), which loads into another data-parallel size but not into other tensor,
+pipeline or context-parallel sizes; the layout is checked before loading.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
-from megatron.core import dist_checkpointing
+from megatron.core import dist_checkpointing, parallel_state
+from megatron.core.dist_checkpointing.dict_utils import nested_values
+from megatron.core.dist_checkpointing.mapping import ShardedTensor, apply_factories
+from megatron.core.optimizer.distrib_optimizer import HAVE_APEX_OR_TE
 from megatron.core.utils import unwrap_model
+
+from megarl import rng
+
+logger = logging.getLogger(__name__)
 
 HF_METADATA = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
                "special_tokens_map.json", "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja")
+OPTIMIZER_FORMAT = {"distrib_optim_sharding_type": "dp_reshardable"}
+FIXED_SIZES = ("tensor", "pipeline", "context")  # what the optimizer format cannot reshard
 
 
-def _sharded_state_dict(model: list) -> dict:
-    if len(model) != 1:
-        raise NotImplementedError("virtual pipeline stages are not supported by model checkpoints yet")
-    return unwrap_model(model[0]).sharded_state_dict()
+class CheckpointError(ValueError):
+    """A checkpoint cannot be loaded into this model; the message says why and what to change."""
 
 
 def save_model_checkpoint(role, directory: str | Path) -> None:
-    """Every rank calls this; each writes its own shards."""
+    """The weights only. Every rank calls this; each writes its own shards."""
     directory = Path(directory)
-    if dist.get_rank() == 0:
-        (directory / "model").mkdir(parents=True, exist_ok=True)
-        copy_hf_metadata(role.bridge.hf_path, directory / "hf")
-        (directory / "role.json").write_text(json.dumps({"role": role.role}))
+    _prepare(role, directory, ("model",))
+    dist_checkpointing.save(_model_state(role), str(directory / "model"))
     dist.barrier()
-    dist_checkpointing.save(_sharded_state_dict(role.model), str(directory / "model"))
+
+
+def save_training_checkpoint(role, directory: str | Path) -> None:
+    """Weights, optimizer, LR scheduler and every rank's RNG states: all a role needs to continue training exactly.
+    Every rank calls this; each writes its own shards and RNG file."""
+    directory = Path(directory)
+    states = rng.capture()
+    _prepare(role, directory, ("model", "optimizer", "rng"))
+    dist_checkpointing.save(_model_state(role), str(directory / "model"))
+    dist_checkpointing.save(_optimizer_state(role, is_loading=False), str(directory / "optimizer"))
+    (directory / "rng" / f"rank_{dist.get_rank():05d}.json").write_text(json.dumps(states))
     dist.barrier()
 
 
 def load_model_checkpoint(role, directory: str | Path) -> None:
-    """Load weights saved by `save_model_checkpoint` (in any layout) into `role`'s model; the optimizer's
-    own fp32 copies are refreshed so the next step starts from the loaded weights."""
-    directory = Path(directory) / "model"
-    if not directory.is_dir():
-        raise FileNotFoundError(f"{directory} is not a megarl model checkpoint (no model/ directory)")
-    state = dist_checkpointing.load(_sharded_state_dict(role.model), str(directory))
-    unwrap_model(role.model[0]).load_state_dict(state, strict=False)
+    """Load weights saved by either save (in any layout) into `role`'s model; the optimizer's own fp32 copies are
+    refreshed so the next step starts from the loaded weights."""
+    _load_model(role, Path(directory))
     if role.optimizer is not None:
         role.optimizer.reload_model_params()
 
 
+def load_training_checkpoint(role, directory: str | Path) -> None:
+    """Restore what `save_training_checkpoint` wrote into a freshly built trained role."""
+    directory = Path(directory)
+    saved = _read_role(directory)
+    if saved["role"] != role.role:
+        raise CheckpointError(f"{directory} holds a {saved['role']} checkpoint, not a {role.role} one")
+    if not (directory / "optimizer").is_dir():
+        raise CheckpointError(f"{directory} holds weights only (no optimizer/): it can be exported or trained from "
+                              "as a model, not resumed")
+    layout, here = saved.get("layout", {}), _layout()
+    if any(layout.get(dim) != here[dim] for dim in FIXED_SIZES):
+        raise CheckpointError(
+            f"{directory} was saved with parallel sizes {layout}; its optimizer state loads only into the same "
+            f"tensor, pipeline and context-parallel sizes (the data-parallel size may change), this run has {here}. "
+            f"Set {role.role}.megatron.* to the saved sizes to resume"
+        )
+    _load_model(role, directory)
+    _allocate_optimizer_state(role.optimizer)
+    state = dist_checkpointing.load(_optimizer_state(role, is_loading=True), str(directory / "optimizer"))
+    with torch.no_grad():  # fp32 training: the optimizer's main parameters are views of the model's
+        role.optimizer.load_state_dict(state["optimizer"])
+    _restore_adam_steps(role.optimizer)
+    role.scheduler.load_state_dict(state["scheduler"])
+    rank_file = directory / "rng" / f"rank_{dist.get_rank():05d}.json"
+    if saved.get("world_size") == dist.get_world_size() and rank_file.is_file():
+        rng.restore(json.loads(rank_file.read_text()))
+    else:
+        logger.warning("%s was saved by %s ranks, this run has %d: random number generators start afresh",
+                       directory, saved.get("world_size"), dist.get_world_size())
+
+
 def checkpoint_role(directory: str | Path) -> str:
-    path = Path(directory) / "role.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{directory} is not a megarl model checkpoint (no role.json)")
-    return json.loads(path.read_text())["role"]
+    return _read_role(Path(directory))["role"]
 
 
 def copy_hf_metadata(source: str | Path, target: str | Path) -> None:
@@ -63,3 +111,95 @@ def copy_hf_metadata(source: str | Path, target: str | Path) -> None:
     for name in HF_METADATA:
         if (Path(source) / name).is_file():
             shutil.copy2(Path(source) / name, target / name)
+
+
+def _read_role(directory: Path) -> dict:
+    path = directory / "role.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{directory} is not a megarl model checkpoint (no role.json)")
+    return json.loads(path.read_text())
+
+
+def _layout() -> dict[str, int]:
+    return {"tensor": parallel_state.get_tensor_model_parallel_world_size(),
+            "pipeline": parallel_state.get_pipeline_model_parallel_world_size(),
+            "context": parallel_state.get_context_parallel_world_size(),
+            "data": parallel_state.get_data_parallel_world_size()}
+
+
+def _prepare(role, directory: Path, parts: tuple[str, ...]) -> None:
+    """Rank 0 lays out the directory; no rank writes before it has (a trainer prepares the parent first, on
+    rank 0 under torchrun, so the barrier orders that too)."""
+    if dist.get_rank() == 0:
+        for part in parts:
+            (directory / part).mkdir(parents=True, exist_ok=True)
+        copy_hf_metadata(role.bridge.hf_path, directory / "hf")
+        meta = {"role": role.role, "layout": _layout(), "world_size": dist.get_world_size()}
+        (directory / "role.json").write_text(json.dumps(meta))
+    dist.barrier()
+
+
+def _model_state(role) -> dict:
+    """A fresh sharded state dict each time: saving and loading rewrite the one they are given."""
+    if len(role.model) != 1:
+        raise NotImplementedError("virtual pipeline stages are not supported by model checkpoints yet")
+    return unwrap_model(role.model[0]).sharded_state_dict()
+
+
+def _optimizer_state(role, is_loading: bool) -> dict:
+    optimizer = role.optimizer.sharded_state_dict(_model_state(role), is_loading=is_loading,
+                                                  metadata=OPTIMIZER_FORMAT)
+    return {"optimizer": optimizer, "scheduler": role.scheduler.state_dict()}
+
+
+def _load_model(role, directory: Path) -> None:
+    model_dir = directory / "model"
+    if not model_dir.is_dir():
+        raise FileNotFoundError(f"{directory} is not a megarl model checkpoint (no model/ directory)")
+    _check_shapes(_model_state(role), model_dir, role.bridge.hf_path)
+    state = dist_checkpointing.load(_model_state(role), str(model_dir))
+    unwrap_model(role.model[0]).load_state_dict(state, strict=False)
+
+
+def _check_shapes(sharded: dict, model_dir: Path, hf_path) -> None:
+    """Compare global shapes before loading: megatron's own error for a mismatch names no model."""
+    saved = dist_checkpointing.load_tensors_metadata(str(model_dir))
+    apply_factories(sharded)  # e.g. the gated MLP's fused weight becomes its two halves, as saved
+    mine = {t.key: tuple(t.global_shape) for t in nested_values(sharded) if isinstance(t, ShardedTensor)}
+    problems = []
+    for key, shape in mine.items():
+        if key not in saved:
+            problems.append(f"{key} is not in the checkpoint")
+        elif tuple(saved[key].global_shape) != shape:
+            problems.append(f"{key} is {tuple(saved[key].global_shape)} in the checkpoint, {shape} in this model")
+    if problems:
+        shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+        raise CheckpointError(
+            f"{model_dir.parent} holds a model of another shape than {hf_path}: {shown}. Load it into the model "
+            "it was trained from (the config in its hf/ directory)"
+        )
+
+
+def _allocate_optimizer_state(optimizer) -> None:
+    """megatron (0.16) reads torch Adam's step count while building the state dict to load into, and torch Adam
+    creates its state only in its first step: a fresh optimizer gets zero state here, which the load overwrites.
+    Apex/TE optimizers keep the step in their param groups and need nothing."""
+    if HAVE_APEX_OR_TE:
+        return
+    for opt in getattr(optimizer, "chained_optimizers", [optimizer]):
+        if len(opt.optimizer.state) == 0:
+            opt.init_state_fn(opt.optimizer, opt.config)
+            for state in opt.optimizer.state.values():
+                state["step"] = torch.tensor(0.0)
+
+
+def _restore_adam_steps(optimizer) -> None:
+    """megatron (0.16) loads torch Adam's step into its param groups, then copies the loading side's (zero) step over
+    the parameters' one, which it shares among them (torch Adam would advance a shared step once per parameter):
+    each parameter gets its own tensor holding the loaded step."""
+    if HAVE_APEX_OR_TE:
+        return
+    for opt in getattr(optimizer, "chained_optimizers", [optimizer]):
+        for group in opt.optimizer.param_groups:
+            for param in group["params"]:
+                opt.optimizer.state[param]["step"] = torch.tensor(float(group["step"]))

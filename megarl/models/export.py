@@ -76,14 +76,17 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, tp: int = 1, pp: 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="megarl export", description=__doc__)
-    parser.add_argument("--checkpoint", required=True, help="a megarl model checkpoint directory")
+    parser.add_argument("--checkpoint", required=True,
+                        help="a megarl model checkpoint directory, e.g. a training checkpoint's global_step_K/actor")
     parser.add_argument("--out", required=True, help="the HF checkpoint directory to write")
     parser.add_argument("--tp", type=int, default=1, help="tensor parallel size to load with (under torchrun)")
     parser.add_argument("--pp", type=int, default=1, help="pipeline parallel size to load with (under torchrun)")
     args = parser.parse_args(argv)
+    from megarl.models.checkpoint import CheckpointError
+
     try:
         export_checkpoint(args.checkpoint, args.out, args.tp, args.pp)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if dist.get_rank() == 0:

@@ -2,7 +2,8 @@
 
 One step: generate `rollout.n` responses per prompt → score → old log-probs (and the engine/trainer log-prob
 gate) → reference log-probs → values → rewards (KL penalty) → advantages → critic update → actor update →
-weight sync; validation before the first step and every `trainer.test_freq` steps and after the last.
+weight sync → a checkpoint every `trainer.save_freq` steps (megarl/trainer/checkpoint.py, which also resumes);
+validation before the first step, every `trainer.test_freq` steps and after the last.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ from transformers import AutoTokenizer
 from megarl.algorithms import make_kl_controller
 from megarl.config.schema import MegaRLConfig
 from megarl.data.dataset import PromptLoader, RLDataset
+from megarl.models.bridge import load_hf_config
 from megarl.placement import role_pools, start_workers
 from megarl.rewards.function import load_reward_function
 from megarl.rewards.scorer import RewardScorer
 from megarl.rollout.batch import prompt_batch
 from megarl.rollout.gates import check_logprob_agreement, logprob_agreement
-from megarl.models.bridge import load_hf_config
+from megarl.trainer.checkpoint import Checkpointer, find_resume_checkpoint
 from megarl.trainer.metrics import MetricsLogger, check_loggers
 from megarl.trainer.perf import perf_metrics, summarise
 from megarl.trainer.stages import advantages, data_metrics, rewards, score
@@ -45,6 +47,7 @@ def total_steps(cfg: MegaRLConfig, loader: PromptLoader) -> int:
 
 def train(cfg: MegaRLConfig) -> None:
     check_loggers(cfg)
+    resume_from = find_resume_checkpoint(cfg)  # before anything starts: a wrong resume path fails at once
     hf_config = load_hf_config(cfg.model.path)
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path,
                                               trust_remote_code=cfg.model.trust_remote_code)
@@ -66,11 +69,14 @@ def train(cfg: MegaRLConfig) -> None:
         critic = cluster[pools["critic"]].spawn("critic", CriticWorker, cfg, steps) if cfg.use_critic else None
         rollout = cluster[pools["rollout"]].spawn("rollout", RolloutWorker, cfg)
         logger = MetricsLogger(cfg, steps, cluster.is_driver)
-        rollout.sync_weights()
-        if validate and cfg.trainer.val_before_train:
+        checkpoints = Checkpointer(cfg, cluster.is_driver, {"actor": actor, "critic": critic},
+                                   {"loader": loader, "kl_controller": kl_controller})
+        start = checkpoints.load(resume_from)
+        rollout.sync_weights()  # after the load: the engine serves the restored actor
+        if validate and cfg.trainer.val_before_train and start == 0:
             logger.log(0, validate(rollout))
         data = iter(_forever(loader))
-        for step in range(1, steps + 1):
+        for step in range(start + 1, steps + 1):
             metrics: dict[str, float] = {}
             with timed(metrics, "step"):
                 prompts = prompt_batch(next(data), first_uid=step * cfg.data.train_batch_size)
@@ -115,6 +121,7 @@ def train(cfg: MegaRLConfig) -> None:
             metrics.update(perf_metrics(batch, metrics, cfg.world_size, hf_config, cfg.actor.ppo_epochs,
                                         summarise(actor.device_stats())))
             logger.log(step, metrics)
+            checkpoints.maybe_save(step, steps)
         logger.close()
 
 

@@ -52,3 +52,9 @@ def test_malformed_parquet_stops_before_any_worker_starts(runnable, tmp_path, ca
     datasets.Dataset.from_list([{"data_source": "openai/gsm8k", "prompt": "q"}]).to_parquet(str(no_truth))
     assert main([*runnable, f"data.train_files=[{no_truth}]"]) == 2
     assert "missing column(s) ['reward_model']" in capsys.readouterr().err
+
+
+def test_a_resume_path_that_is_no_checkpoint_is_an_error_before_anything_starts(runnable, tmp_path, capsys):
+    absent = tmp_path / "run" / "checkpoints" / "global_step_5"
+    assert main([*runnable, "trainer.resume_mode=resume_path", f"trainer.resume_from_path={absent}"]) == 2
+    assert f"error: trainer.resume_from_path={absent} does not exist" in capsys.readouterr().err

@@ -1,5 +1,7 @@
-"""A checkpoint saved at TP=2 exports (in one process) to exactly the weights the run had; an exported
-critic carries its value head and rebuilds to the same values."""
+"""A checkpoint saved at TP=2 exports (in one process) to exactly the weights the run had, whether it is a training
+checkpoint (the actor's here) or weights only (the critic's); an exported critic carries its value head and rebuilds
+to the same values. A training checkpoint continues training exactly: weights, Adam state, LR schedule and RNG
+states; one from another model shape or tensor-parallel size is refused with the reason."""
 
 import json
 import os
@@ -7,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -23,8 +26,11 @@ def run(cmd):
     return proc
 
 
-def torchrun(nproc, *args):
-    return run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), str(WORKER), *map(str, args)])
+def torchrun(nproc, *args, check=True):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), str(WORKER), *map(str, args)]
+    if check:
+        return run(cmd)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=ENV)
 
 
 def exported(path: Path) -> dict:
@@ -69,3 +75,49 @@ def test_export_of_a_missing_checkpoint_is_an_error(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "megarl.cli", "export", "--checkpoint", str(tmp_path), "--out",
                            str(tmp_path / "o")], capture_output=True, text=True, timeout=120, env=ENV)
     assert proc.returncode == 2 and "is not a megarl model checkpoint" in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def saved_at_dp2(tmp_path_factory):
+    """Two steps at DP=2 (the optimizer state sharded over both ranks), a training checkpoint, a third step."""
+    root = tmp_path_factory.mktemp("resume")
+    model = make_model("qwen2", root / "model")
+    torchrun(2, "continue", model, root, 1)
+    return root, model
+
+
+def test_training_checkpoint_continues_exactly(saved_at_dp2):
+    root, model = saved_at_dp2
+    assert sorted(p.name for p in (root / "actor").iterdir()) == ["hf", "model", "optimizer", "rng", "role.json"]
+    torchrun(2, "resume", model, root, 1)
+    for rank in (0, 1):
+        expected, got = torch.load(root / f"continue_{rank}.pt"), torch.load(root / f"resume_{rank}.pt")
+        assert got["metrics"] == expected["metrics"]
+        assert expected["metrics"]["lr"] == pytest.approx(3 / 4 * 1e-2)  # the third step of a 4-step warmup
+        assert all(torch.equal(got["weights"][name], w) for name, w in expected["weights"].items())
+        assert torch.equal(got["draw"], expected["draw"])
+
+
+def test_training_checkpoint_loads_into_another_data_parallel_size(saved_at_dp2, tmp_path):
+    root, model = saved_at_dp2
+    torchrun(1, "resume", model, root, 1)
+    expected, got = torch.load(root / "continue_0.pt"), torch.load(root / "resume_0.pt")
+    assert got["metrics"]["lr"] == expected["metrics"]["lr"]
+    assert all(torch.allclose(got["weights"][name], w, atol=1e-6) for name, w in expected["weights"].items())
+
+
+def test_training_checkpoint_of_another_layout_or_shape_is_refused(saved_at_dp2, tmp_path):
+    root, _ = saved_at_dp2
+    proc = torchrun(2, "load", root / "model", root, 2, check=False)
+    assert proc.returncode != 0
+    assert "its optimizer state loads only into the same tensor, pipeline and context-parallel sizes" in proc.stderr
+
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    other = tmp_path / "wider"
+    Qwen2ForCausalLM(Qwen2Config(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=2, head_dim=16)).save_pretrained(other)
+    proc = torchrun(1, "load", other, root, 1, check=False)
+    assert proc.returncode != 0
+    assert "holds a model of another shape than" in proc.stderr
+    assert "linear_fc1.weight is" in proc.stderr

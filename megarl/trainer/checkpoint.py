@@ -1,0 +1,173 @@
+"""Training checkpoints of the RL loop in verl's layout: saved every `trainer.save_freq` steps and at the last,
+committed atomically, pruned to `trainer.max_ckpt_to_keep`, found again by `trainer.resume_mode`.
+
+    {trainer.output_dir}/checkpoints/
+        latest_checkpointed_iteration.txt    the last committed step (for verl's tools and people)
+        global_step_{k}/
+            actor/    critic/ (PPO)     each role's weights, optimizer, LR scheduler and per-rank RNG states
+                                        (megarl/models/checkpoint.py; `megarl export` reads these directories)
+            trainer_state.json          the step, the data loader's position, the KL controller, the driver's RNG
+
+A checkpoint is written into `global_step_{k}.partial` and renamed once every rank has finished, so a directory
+named `global_step_{k}` holding trainer_state.json (written last) is complete; a crash mid-write leaves the
+.partial, which resume ignores and the next save removes. One process (the Ray driver, or rank 0 under torchrun)
+creates, renames and deletes directories; the workers only write inside them. The output directory must be on a
+filesystem every worker process sees.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+from megarl import rng
+from megarl.config import ConfigError
+from megarl.config.schema import MegaRLConfig
+
+TRACKER = "latest_checkpointed_iteration.txt"
+TRAINER_STATE = "trainer_state.json"
+PARTIAL, TRASH = ".partial", ".trash"
+_STEP_DIR = re.compile(r"global_step_(\d+)")
+
+
+def checkpoints_root(cfg: MegaRLConfig) -> Path:
+    return Path(cfg.trainer.output_dir).expanduser() / "checkpoints"
+
+
+def step_dir(root: Path, step: int) -> Path:
+    return root / f"global_step_{step}"
+
+
+def trained_roles(cfg: MegaRLConfig) -> list[str]:
+    return ["actor", "critic"] if cfg.use_critic else ["actor"]
+
+
+def complete_steps(root: Path) -> list[int]:
+    """Steps of the complete checkpoints under `root`, oldest first."""
+    if not root.is_dir():
+        return []
+    steps = []
+    for path in root.iterdir():
+        match = _STEP_DIR.fullmatch(path.name)
+        if match and (path / TRAINER_STATE).is_file():
+            steps.append(int(match.group(1)))
+    return sorted(steps)
+
+
+def find_resume_checkpoint(cfg: MegaRLConfig) -> Path | None:
+    """The checkpoint `trainer.resume_mode` asks for: none (disable, or auto with none saved yet), the newest complete
+    one under the output directory (auto), or `trainer.resume_from_path`. Runs before any worker starts, so a wrong
+    path fails at once."""
+    mode, root = cfg.trainer.resume_mode, checkpoints_root(cfg)
+    if mode == "disable":
+        return None
+    if mode == "resume_path":
+        path = Path(cfg.trainer.resume_from_path).expanduser()
+        if not path.is_dir():
+            raise ConfigError(f"trainer.resume_from_path={path} does not exist")
+    else:
+        steps = complete_steps(root)
+        if not steps:
+            return None
+        # The newest complete directory, not the tracker's step: a crash between a checkpoint's rename and the
+        # tracker's update leaves the tracker one checkpoint behind.
+        path = step_dir(root, steps[-1])
+    if path.name.endswith(PARTIAL) or not (path / TRAINER_STATE).is_file():
+        saved = complete_steps(path.parent)
+        raise ConfigError(
+            f"trainer.resume_from_path={path} is not a complete checkpoint (no {TRAINER_STATE}): an interrupted save "
+            f"leaves global_step_K{PARTIAL} behind. Point it at a global_step_K directory; complete ones in "
+            f"{path.parent}: {', '.join(step_dir(path.parent, s).name for s in saved) or 'none'}"
+        )
+    missing = [role for role in trained_roles(cfg) if not (path / role / "role.json").is_file()]
+    if missing:
+        raise ConfigError(f"checkpoint {path} has no {', '.join(missing)} checkpoint, which this recipe trains "
+                          f"(algorithm.adv_estimator={cfg.algorithm.adv_estimator}): resume a run of the same recipe, "
+                          "or start afresh with trainer.resume_mode=disable")
+    return path
+
+
+class Checkpointer:
+    """Saves the run and restores it: the trained roles through their workers, the driver's own state here.
+
+    `roles`: role name → handle (None for a role this recipe lacks) with `save_checkpoint`/`load_checkpoint` worker
+    methods; `state`: name → object with `state_dict()`/`load_state_dict()` (the data loader, the KL controller)."""
+
+    def __init__(self, cfg: MegaRLConfig, is_driver: bool, roles: dict, state: dict):
+        self.root, self.is_driver = checkpoints_root(cfg), is_driver
+        self.save_freq, self.keep = cfg.trainer.save_freq, cfg.trainer.max_ckpt_to_keep
+        self.roles = {name: handle for name, handle in roles.items() if handle is not None}
+        self.state = state
+
+    def load(self, path: Path | None) -> int:
+        """Restore the checkpoint at `path` (None: a fresh run); returns the step it was saved after."""
+        if path is None:
+            return 0
+        saved = json.loads((path / TRAINER_STATE).read_text())
+        # The driver's RNG first: under torchrun the driver shares each rank's process, whose generators the roles
+        # then restore to that rank's own states.
+        rng.restore(saved["rng"])
+        for name, obj in self.state.items():
+            obj.load_state_dict(saved[name])
+        for name, role in self.roles.items():
+            role.load_checkpoint(str(path / name))
+        if self.is_driver:
+            print(f"resumed from {path} (step {saved['step']})", flush=True)
+        return saved["step"]
+
+    def maybe_save(self, step: int, last_step: int) -> None:
+        if self.save_freq > 0 and (step % self.save_freq == 0 or step == last_step):
+            self.save(step)
+
+    def save(self, step: int) -> None:
+        start, driver_rng = time.perf_counter(), rng.capture()  # captured where the roles capture theirs
+        final = step_dir(self.root, step)
+        partial = final.with_name(final.name + PARTIAL)
+        if self.is_driver:
+            _remove(partial)
+            partial.mkdir(parents=True)
+        for name, role in self.roles.items():
+            role.save_checkpoint(str(partial / name))  # returns when every rank of the role has written
+        if not self.is_driver:
+            return
+        state = {"step": step, "rng": driver_rng, **{name: obj.state_dict() for name, obj in self.state.items()}}
+        _write_durably(partial / TRAINER_STATE, json.dumps(state))
+        replaced = final.with_name(final.name + TRASH)
+        if final.exists():  # saved by an earlier run that this one resumed from before this step
+            shutil.rmtree(replaced, ignore_errors=True)
+            os.rename(final, replaced)
+        os.rename(partial, final)
+        shutil.rmtree(replaced, ignore_errors=True)
+        _write_durably(self.root / TRACKER, str(step))
+        if self.keep:  # the newest others, and never this one (a resumed older checkpoint's run may have left newer)
+            others = [s for s in complete_steps(self.root) if s != step]
+            for old in others[: max(len(others) - (self.keep - 1), 0)]:
+                _remove(step_dir(self.root, old))
+        for leftover in [*self.root.glob(f"*{PARTIAL}"), *self.root.glob(f"*{TRASH}")]:  # of crashed saves
+            shutil.rmtree(leftover, ignore_errors=True)
+        print(f"saved checkpoint {final} in {time.perf_counter() - start:.1f} s", flush=True)
+
+
+def _remove(path: Path) -> None:
+    """Delete a directory, first renaming it out of the checkpoint name space so that a crash mid-delete cannot
+    leave a directory that looks complete."""
+    if not path.exists():
+        return
+    trash = path.with_name(path.name + TRASH)
+    shutil.rmtree(trash, ignore_errors=True)
+    os.rename(path, trash)
+    shutil.rmtree(trash)
+
+
+def _write_durably(path: Path, text: str) -> None:
+    """Replace `path` atomically with `text`, on disk before it is visible."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
