@@ -68,10 +68,10 @@ def train(cfg: MegaRLConfig) -> None:
                      if cfg.use_reference else None)
         critic = cluster[pools["critic"]].spawn("critic", CriticWorker, cfg, steps) if cfg.use_critic else None
         rollout = cluster[pools["rollout"]].spawn("rollout", RolloutWorker, cfg)
-        logger = MetricsLogger(cfg, steps, cluster.is_driver)
         checkpoints = Checkpointer(cfg, cluster.is_driver, {"actor": actor, "critic": critic},
                                    {"loader": loader, "kl_controller": kl_controller})
         start = checkpoints.load(resume_from)
+        logger = MetricsLogger(cfg, steps, cluster.is_driver, start_step=start)
         rollout.sync_weights()  # after the load: the engine serves the restored actor
         if validate and cfg.trainer.val_before_train and start == 0:
             logger.log(0, validate(rollout))

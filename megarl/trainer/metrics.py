@@ -41,7 +41,9 @@ def _importable(module: str) -> bool:
 class MetricsLogger:
     """`cfg` needs `trainer.{logger, output_dir, project_name, experiment_name}` (RL and SFT recipes have them)."""
 
-    def __init__(self, cfg, total_steps: int, is_writer: bool):
+    def __init__(self, cfg, total_steps: int, is_writer: bool, start_step: int = 0):
+        """`start_step`: the step a resumed run continues after; metrics.jsonl keeps the lines up to it (a killed
+        run may have logged steps after its last checkpoint, which the resumed run logs again)."""
         self.total_steps, self.is_writer = total_steps, is_writer
         trainer = cfg.trainer
         self.path = Path(trainer.output_dir) / "metrics.jsonl"
@@ -49,11 +51,14 @@ class MetricsLogger:
         if not is_writer:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():
+            kept = [line for line in self.path.read_text().splitlines() if json.loads(line)["step"] <= start_step]
+            self.path.write_text("".join(line + "\n" for line in kept))
         if "console" in trainer.logger:
             from tqdm import tqdm
 
-            self.progress = tqdm(total=total_steps, desc=trainer.experiment_name, unit="step", file=sys.stderr,
-                                 dynamic_ncols=True)
+            self.progress = tqdm(total=total_steps, initial=start_step, desc=trainer.experiment_name, unit="step",
+                                 file=sys.stderr, dynamic_ncols=True)
         if "tensorboard" in trainer.logger:
             from torch.utils.tensorboard import SummaryWriter
 
