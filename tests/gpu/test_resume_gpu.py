@@ -1,0 +1,57 @@
+"""GPU (one H200): training checkpoints of the bf16 actor (weights, distributed optimizer with fp32 master
+weights, LR scheduler, RNG states) resume to the same step: a run resumed from step 2 of another reproduces its
+step 3. The tiny recipe's model and data, the transformers rollout backend on the GPU.
+
+Rows for benchmarks/results/ go to $MEGARL_RESULTS_DIR/resume_gpu.json when it is set."""
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.helpers import REPO_ROOT
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the device machines)")
+
+ENV = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+       "CUDA_VISIBLE_DEVICES": "0"}
+TIMINGS = ("timing_s/", "perf/", "update_weights/stream_s")
+
+
+def train(out, *extra):
+    from megarl.data.arithmetic import write_arithmetic
+    from megarl.models.init_model import write_model
+
+    root = out.parent
+    if not (root / "model").exists():
+        write_model("tiny", root / "model")
+        write_arithmetic(root / "data")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", "-m", "megarl.train",
+           "--recipe", str(REPO_ROOT / "recipes/tiny_cpu_grpo.yaml"), f"model.path={root / 'model'}",
+           f"data.train_files=[{root / 'data/train.parquet'}]", "data.val_files=[]", "trainer.n_gpus_per_node=1",
+           "trainer.total_training_steps=3", "trainer.save_freq=1", f"trainer.output_dir={out}", *extra]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, env=ENV)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: {k: v for k, v in r.items() if not k.startswith(TIMINGS)} for r in rows}
+
+
+def test_a_resumed_run_reproduces_the_next_step(tmp_path):
+    whole = train(tmp_path / "whole")
+    resumed = train(tmp_path / "resumed", "trainer.resume_mode=resume_path",
+                    f"trainer.resume_from_path={tmp_path / 'whole/checkpoints/global_step_2'}")
+    assert sorted(resumed) == [3]
+    differences = {k: (whole[3][k], resumed[3][k]) for k in whole[3] if whole[3][k] != resumed[3][k]}
+    if os.environ.get("MEGARL_RESULTS_DIR"):
+        row = {"date": datetime.date.today().isoformat(), "commit": os.environ.get("MEGARL_COMMIT", "unknown"),
+               "machine": "nvidia-h200", "what": "resume", "model_shape": "tiny", "dtype": "bf16",
+               "backend": "transformers", "command": "MEGARL_RESULTS_DIR=$OUT python -m pytest tests/gpu/test_resume_gpu.py",
+               "step3_metrics": len(whole[3]), "differing": differences}
+        with open(os.path.join(os.environ["MEGARL_RESULTS_DIR"], "resume_gpu.json"), "w") as f:
+            json.dump([row], f, indent=1)
+    assert whole[3]["actor/grad_norm"] > 0
+    assert not differences, differences
