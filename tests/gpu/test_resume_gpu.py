@@ -30,10 +30,14 @@ def train(out, *extra):
     if not (root / "model").exists():
         write_model("tiny", root / "model")
         write_arithmetic(root / "data")
+        # a score that differs between responses (the random model never adds right), so the policy moves
+        (root / "length_reward.py").write_text("def compute_score(data_source, solution_str, ground_truth, "
+                                               "extra_info=None):\n    return len(solution_str) % 7 / 7\n")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", "-m", "megarl.train",
            "--recipe", str(REPO_ROOT / "recipes/tiny_cpu_grpo.yaml"), f"model.path={root / 'model'}",
            f"data.train_files=[{root / 'data/train.parquet'}]", "data.val_files=[]", "trainer.n_gpus_per_node=1",
-           "trainer.total_training_steps=3", "trainer.save_freq=1", f"trainer.output_dir={out}", *extra]
+           "trainer.total_training_steps=3", "trainer.save_freq=1", f"trainer.output_dir={out}",
+           f"reward.function={root / 'length_reward.py'}:compute_score", *extra]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, env=ENV)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
