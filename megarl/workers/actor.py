@@ -7,33 +7,22 @@ import torch
 
 from megarl.algorithms import POLICY_LOSSES, kl_penalty
 from megarl.config.schema import MegaRLConfig
-from megarl.models.checkpoint import load_training_checkpoint, save_training_checkpoint
 from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
 from megarl.models.roles import build_actor
 from megarl.rollout.batch import response_values, sequences
 from megarl.trainer.perf import device_stats
-from megarl.workers import join_mesh
+from megarl.workers import TrainedWorker, join_mesh
 from megarl.workers.updates import micro_batches, pack_mini_batch, ppo_epochs, reduce_metrics
 from parallel.batch import Batch
 from parallel.dispatch import Collect, Dispatch, worker_method
-from parallel.worker import Worker
 
 
-class ActorWorker(Worker):
+class ActorWorker(TrainedWorker):
     def __init__(self, cfg: MegaRLConfig, total_steps: int):
         megatron = cfg.actor.megatron
         join_mesh(megatron, cfg.trainer.seed)
         self.cfg = cfg
         self.role = build_actor(cfg.model.path, megatron, cfg.actor.optim, total_steps, bf16=torch.cuda.is_available())
-
-    @worker_method()
-    def save_checkpoint(self, path: str) -> None:
-        """Weights, optimizer, LR scheduler and RNG states into `path` (megarl/models/checkpoint.py)."""
-        save_training_checkpoint(self.role, path)
-
-    @worker_method()
-    def load_checkpoint(self, path: str) -> None:
-        load_training_checkpoint(self.role, path)
 
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
     def compute_log_prob(self, batch: Batch) -> Batch:

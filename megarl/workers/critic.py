@@ -6,32 +6,21 @@ import torch
 
 from megarl.algorithms import compute_value_loss
 from megarl.config.schema import MegaRLConfig
-from megarl.models.checkpoint import load_training_checkpoint, save_training_checkpoint
 from megarl.models.roles import build_critic
 from megarl.rollout.batch import response_values, sequences
-from megarl.workers import join_mesh
+from megarl.workers import TrainedWorker, join_mesh
 from megarl.workers.updates import micro_batches, pack_mini_batch, ppo_epochs, reduce_metrics
 from parallel.batch import Batch
 from parallel.dispatch import Collect, Dispatch, worker_method
-from parallel.worker import Worker
 
 
-class CriticWorker(Worker):
+class CriticWorker(TrainedWorker):
     def __init__(self, cfg: MegaRLConfig, total_steps: int):
         megatron = cfg.critic.megatron
         join_mesh(megatron, cfg.trainer.seed)
         self.cfg = cfg
         self.role = build_critic(cfg.critic.model.path, megatron, cfg.critic.optim, total_steps,
                                  bf16=torch.cuda.is_available(), seed=cfg.trainer.seed)
-
-    @worker_method()
-    def save_checkpoint(self, path: str) -> None:
-        """Weights, optimizer, LR scheduler and RNG states into `path` (megarl/models/checkpoint.py)."""
-        save_training_checkpoint(self.role, path)
-
-    @worker_method()
-    def load_checkpoint(self, path: str) -> None:
-        load_training_checkpoint(self.role, path)
 
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
     def compute_values(self, batch: Batch) -> Batch:
