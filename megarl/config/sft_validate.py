@@ -6,17 +6,18 @@ from __future__ import annotations
 from megarl.config.loader import ConfigError, RecipeSchema
 from megarl.config.sft_schema import SFTConfig
 from megarl.config.validate import (
-    LOGGERS,
     LR_DECAY_STYLES,
-    RECOMPUTE_GRANULARITIES,
     check_choice,
+    check_megatron_choices,
     check_mesh_fits_model,
+    check_run_choices,
     divisors,
+    megatron_sizes,
     read_hf_config,
+    run_sizes,
 )
 from megarl.config.verl_keys import translate_verl_sft_key
 from megarl.data.sft_dataset import SFT_TRUNCATIONS
-from parallel.controller import LAUNCHERS
 
 
 def validate_sft_config(cfg: SFTConfig) -> None:
@@ -32,13 +33,10 @@ def validate_sft_config(cfg: SFTConfig) -> None:
 def _check_choices(cfg: SFTConfig, problems: list[str]) -> None:
     check_choice(problems, "data.truncation", cfg.data.truncation, SFT_TRUNCATIONS)
     check_choice(problems, "optim.lr_decay_style", cfg.optim.lr_decay_style, LR_DECAY_STYLES)
-    check_choice(problems, "actor.megatron.recompute_granularity", cfg.actor.megatron.recompute_granularity,
-                 RECOMPUTE_GRANULARITIES)
+    check_megatron_choices(problems, "actor.megatron", cfg.actor.megatron)
     if len(cfg.optim.betas) != 2:
         problems.append(f"optim.betas={cfg.optim.betas} must be two numbers, e.g. [0.9, 0.95]")
-    for logger in cfg.trainer.logger:
-        check_choice(problems, "trainer.logger", logger, LOGGERS)
-    check_choice(problems, "trainer.launcher", cfg.trainer.launcher, LAUNCHERS)
+    check_run_choices(problems, cfg.trainer)
     if not cfg.data.response_key:
         problems.append("data.response_key is empty: name the column holding the responses, e.g. extra_info.answer")
 
@@ -50,15 +48,9 @@ def _check_sizes(cfg: SFTConfig, problems: list[str]) -> bool:
         "data.train_batch_size": cfg.data.train_batch_size,
         "data.micro_batch_size_per_gpu": cfg.data.micro_batch_size_per_gpu,
         "data.max_token_len_per_gpu": cfg.data.max_token_len_per_gpu,
-        "trainer.total_epochs": cfg.trainer.total_epochs,
-        "trainer.nnodes": cfg.trainer.nnodes,
-        "trainer.n_gpus_per_node": cfg.trainer.n_gpus_per_node,
-        "trainer.collective_timeout_s": cfg.trainer.collective_timeout_s,
+        **run_sizes(cfg.trainer),
+        **megatron_sizes("actor.megatron", cfg.actor.megatron),
     }
-    if cfg.trainer.total_training_steps is not None:
-        positive["trainer.total_training_steps"] = cfg.trainer.total_training_steps
-    for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
-        positive[f"actor.megatron.{name}"] = getattr(cfg.actor.megatron, name)
     bad = [f"{key}={value} must be at least 1" for key, value in positive.items() if value < 1]
     problems.extend(bad)
     return bool(bad)

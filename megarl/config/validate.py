@@ -7,7 +7,7 @@ from pathlib import Path
 
 from megarl.algorithms import ADV_ESTIMATORS, KL_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSSES
 from megarl.config.loader import ConfigError
-from megarl.config.schema import MegaRLConfig, MegatronConfig
+from megarl.config.schema import MegaRLConfig, MegatronConfig, RunConfig
 from megarl.registry import did_you_mean
 from megarl.rewards.function import RewardFunctionSpecError, check_reward_function_spec
 from megarl.rollout import ROLLOUT_BACKENDS
@@ -54,21 +54,10 @@ def _check_choices(cfg: MegaRLConfig, problems: list[str]) -> None:
     for role in ("actor", "critic"):
         section = getattr(cfg, role)
         check_choice(problems, f"{role}.optim.lr_decay_style", section.optim.lr_decay_style, LR_DECAY_STYLES)
-        check_choice(
-            problems,
-            f"{role}.megatron.recompute_granularity",
-            section.megatron.recompute_granularity,
-            RECOMPUTE_GRANULARITIES,
-        )
-        for offload in ("param_offload", "grad_offload"):
-            if getattr(section.megatron, offload):
-                problems.append(f"{role}.megatron.{offload} is not implemented yet: set it to false "
-                                f"({role}.megatron.optimizer_offload=true moves the optimizer state to host memory)")
+        check_megatron_choices(problems, f"{role}.megatron", section.megatron)
         if len(section.optim.betas) != 2:
             problems.append(f"{role}.optim.betas={section.optim.betas} must be two numbers, e.g. [0.9, 0.999]")
-    for logger in cfg.trainer.logger:
-        check_choice(problems, "trainer.logger", logger, LOGGERS)
-    check_choice(problems, "trainer.launcher", cfg.trainer.launcher, LAUNCHERS)
+    check_run_choices(problems, cfg.trainer)
     if cfg.trainer.resume_mode == "resume_path" and not cfg.trainer.resume_from_path:
         problems.append("trainer.resume_mode=resume_path needs trainer.resume_from_path=<checkpoint dir>")
     if cfg.reward.function is not None:
@@ -92,10 +81,7 @@ def _check_sizes(cfg: MegaRLConfig, problems: list[str]) -> None:
         "rollout.n": cfg.rollout.n,
         "rollout.val_kwargs.n": cfg.rollout.val_kwargs.n,
         "rollout.tensor_model_parallel_size": cfg.rollout.tensor_model_parallel_size,
-        "trainer.total_epochs": cfg.trainer.total_epochs,
-        "trainer.nnodes": cfg.trainer.nnodes,
-        "trainer.n_gpus_per_node": cfg.trainer.n_gpus_per_node,
-        "trainer.collective_timeout_s": cfg.trainer.collective_timeout_s,
+        **run_sizes(cfg.trainer),
     }
     if cfg.use_critic and cfg.critic.enable_resource_pool:
         positive["critic.nnodes"] = cfg.critic.nnodes
@@ -109,14 +95,10 @@ def _check_sizes(cfg: MegaRLConfig, problems: list[str]) -> None:
         positive["ref.log_prob_max_token_len_per_gpu"] = cfg.ref.log_prob_max_token_len_per_gpu
     if cfg.data.val_batch_size is not None:
         positive["data.val_batch_size"] = cfg.data.val_batch_size
-    if cfg.trainer.total_training_steps is not None:
-        positive["trainer.total_training_steps"] = cfg.trainer.total_training_steps
     if cfg.trainer.max_ckpt_to_keep is not None:
         positive["trainer.max_ckpt_to_keep"] = cfg.trainer.max_ckpt_to_keep
     for role in ("actor", "critic"):
-        megatron = getattr(cfg, role).megatron
-        for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
-            positive[f"{role}.megatron.{name}"] = getattr(megatron, name)
+        positive.update(megatron_sizes(f"{role}.megatron", getattr(cfg, role).megatron))
     for key, value in positive.items():
         if value < 1:
             problems.append(f"{key}={value} must be at least 1")
@@ -125,6 +107,38 @@ def _check_sizes(cfg: MegaRLConfig, problems: list[str]) -> None:
         problems.append(f"rollout.max_logprob_mult_error={limit} must be > 1 (1 is exact agreement), e.g. 1.05")
     if not 0 < cfg.rollout.gpu_memory_utilization < 1:
         problems.append(f"rollout.gpu_memory_utilization={cfg.rollout.gpu_memory_utilization} must be in (0, 1)")
+
+
+def check_run_choices(problems: list[str], trainer: RunConfig) -> None:
+    """The choices every run (RL or SFT) makes in `trainer.*`: loggers and launcher."""
+    for logger in trainer.logger:
+        check_choice(problems, "trainer.logger", logger, LOGGERS)
+    check_choice(problems, "trainer.launcher", trainer.launcher, LAUNCHERS)
+
+
+def run_sizes(trainer: RunConfig) -> dict[str, int]:
+    """The `trainer.*` sizes every run has, each of which must be at least 1."""
+    sizes = {"trainer.total_epochs": trainer.total_epochs, "trainer.nnodes": trainer.nnodes,
+             "trainer.n_gpus_per_node": trainer.n_gpus_per_node,
+             "trainer.collective_timeout_s": trainer.collective_timeout_s}
+    if trainer.total_training_steps is not None:
+        sizes["trainer.total_training_steps"] = trainer.total_training_steps
+    return sizes
+
+
+def check_megatron_choices(problems: list[str], key: str, megatron: MegatronConfig) -> None:
+    """A role's `megatron` section at `key`: recompute granularity, and the offloads not built yet."""
+    check_choice(problems, f"{key}.recompute_granularity", megatron.recompute_granularity, RECOMPUTE_GRANULARITIES)
+    for offload in ("param_offload", "grad_offload"):
+        if getattr(megatron, offload):
+            problems.append(f"{key}.{offload} is not implemented yet: set it to false "
+                            f"({key}.optimizer_offload=true moves the optimizer state to host memory)")
+
+
+def megatron_sizes(key: str, megatron: MegatronConfig) -> dict[str, int]:
+    """A role's parallel sizes, each of which must be at least 1."""
+    return {f"{key}.{name}": getattr(megatron, name)
+            for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")}
 
 
 def divisors(n: int) -> str:

@@ -82,3 +82,8 @@ def test_checks_against_the_model_config(tmp_path):
     assert "actor.megatron.tensor_model_parallel_size=4 must divide the model's 4 attention heads and 2" in found[0]
     assert found[1] == (f"data.max_length=512 exceeds the model's max_position_embeddings=256 "
                         f"({tmp_path}/config.json)")
+
+
+def test_parameter_offload_is_refused_as_in_rl_recipes():
+    assert any("actor.megatron.param_offload is not implemented yet" in p
+               for p in problems("actor.megatron.param_offload=true"))
