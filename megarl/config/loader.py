@@ -8,6 +8,7 @@ key and what to do, with close-match suggestions for typos and the megarl spelli
 from __future__ import annotations
 
 import difflib
+import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
@@ -178,11 +179,13 @@ def to_yaml(config: Any) -> str:
 
 
 def save_config(config: Any, directory: str | Path) -> Path:
-    """Write the resolved config as `config.yaml` in `directory`; it loads back as a recipe."""
+    """Write the resolved config as `config.yaml` in `directory`; it loads back as a recipe.
+
+    Every torchrun rank writes it: each through its own temporary file, so the atomic replaces cannot collide."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / RESOLVED_CONFIG_NAME
-    tmp = path.with_suffix(".yaml.tmp")
+    tmp = path.with_name(f".{RESOLVED_CONFIG_NAME}.{os.getpid()}.tmp")
     tmp.write_text(to_yaml(config))
     tmp.replace(path)
     return path

@@ -1,4 +1,5 @@
 import dataclasses
+import multiprocessing
 from pathlib import Path
 
 import pytest
@@ -111,6 +112,25 @@ def test_saved_config_reloads_identically(tmp_path):
     assert path == tmp_path / "run" / "config.yaml"
     assert load_config(path) == cfg
     assert "${" not in path.read_text()  # written resolved
+
+
+def _save_repeatedly(directory: Path) -> None:
+    cfg = load_config()
+    for _ in range(200):
+        save_config(cfg, directory)
+
+
+def test_ranks_saving_the_config_at_once_do_not_collide(tmp_path):
+    """Every torchrun rank writes the resolved config into the same directory at start-up."""
+    ctx = multiprocessing.get_context("spawn")
+    writers = [ctx.Process(target=_save_repeatedly, args=(tmp_path,)) for _ in range(4)]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join()
+    assert [w.exitcode for w in writers] == [0] * 4
+    assert load_config(tmp_path / "config.yaml") == load_config()
+    assert [p.name for p in tmp_path.iterdir()] == ["config.yaml"]
 
 
 def test_verl_translation_table_points_at_real_keys():
