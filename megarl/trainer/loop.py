@@ -71,58 +71,58 @@ def train(cfg: MegaRLConfig) -> None:
         checkpoints = Checkpointer(cfg, cluster.is_driver, {"actor": actor, "critic": critic},
                                    {"loader": loader, "kl_controller": kl_controller})
         start = checkpoints.load(resume_from)
-        logger = MetricsLogger(cfg, steps, cluster.is_driver, start_step=start)
-        rollout.sync_weights()  # after the load: the engine serves the restored actor
-        if validate and cfg.trainer.val_before_train and start == 0:
-            logger.log(0, validate(rollout))
-        data = iter(_forever(loader))
-        for step in range(start + 1, steps + 1):
-            metrics: dict[str, float] = {}
-            with timed(metrics, "step"):
-                prompts = prompt_batch(next(data), first_uid=step * cfg.data.train_batch_size)
-                with timed(metrics, "gen"):
-                    batch = rollout.generate(prompts, seed=cfg.trainer.seed + step)
-                if cfg.algorithm.adv_estimator == "remax":  # the greedy response's score is the baseline
-                    with timed(metrics, "gen_max"):
-                        greedy, _ = score(rollout.generate(prompts, greedy=True), scorer)
-                        baseline = greedy["token_level_scores"].sum(-1).repeat_interleave(cfg.rollout.n)
-                        batch = batch.union(Batch({"reward_baselines": baseline}))
-                rollout.release()
-                with timed(metrics, "reward"):
-                    scored, reward_metrics = score(batch, scorer)
-                    batch = batch.union(scored)
-                with timed(metrics, "old_log_prob"):
-                    batch = batch.union(actor.compute_log_prob(batch))
-                gate = logprob_agreement(batch["rollout_log_probs"], batch["old_log_probs"], batch["response_mask"])
-                if cfg.rollout.max_logprob_mult_error is not None:
-                    check_logprob_agreement(gate, cfg.rollout.max_logprob_mult_error)
-                if reference is not None:
-                    with timed(metrics, "ref"):
-                        batch = batch.union(reference.compute_ref_log_prob(batch))
-                if critic is not None:
-                    with timed(metrics, "values"):
-                        batch = batch.union(critic.compute_values(batch))
-                with timed(metrics, "adv"):
-                    rewarded, kl_metrics = rewards(batch, cfg.algorithm, kl_controller)
-                    batch = batch.union(rewarded)
-                    batch = batch.union(advantages(batch, cfg.algorithm))
-                if critic is not None:
-                    with timed(metrics, "update_critic"):
-                        metrics.update(critic.update_critic(batch)[0])
-                if step > cfg.trainer.critic_warmup:
-                    with timed(metrics, "update_actor"):
-                        metrics.update(actor.update_actor(batch)[0])
-                with timed(metrics, "update_weights"):
-                    metrics.update(rollout.sync_weights())
-            if validate and (step == steps or test_freq > 0 and step % test_freq == 0):
-                with timed(metrics, "testing"):
-                    metrics.update(validate(rollout))
-            metrics.update(reward_metrics, **kl_metrics, **gate, **data_metrics(batch, cfg.data.max_response_length))
-            metrics.update(perf_metrics(batch, metrics, cfg.world_size, hf_config, cfg.actor.ppo_epochs,
-                                        summarise(actor.device_stats())))
-            logger.log(step, metrics)
-            checkpoints.maybe_save(step, steps)
-        logger.close()
+        with MetricsLogger(cfg, steps, cluster.is_driver, start_step=start) as logger:
+            rollout.sync_weights()  # after the load: the engine serves the restored actor
+            if validate and cfg.trainer.val_before_train and start == 0:
+                logger.log(0, validate(rollout))
+            data = iter(_forever(loader))
+            for step in range(start + 1, steps + 1):
+                metrics: dict[str, float] = {}
+                with timed(metrics, "step"):
+                    prompts = prompt_batch(next(data), first_uid=step * cfg.data.train_batch_size)
+                    with timed(metrics, "gen"):
+                        batch = rollout.generate(prompts, seed=cfg.trainer.seed + step)
+                    if cfg.algorithm.adv_estimator == "remax":  # the greedy response's score is the baseline
+                        with timed(metrics, "gen_max"):
+                            greedy, _ = score(rollout.generate(prompts, greedy=True), scorer)
+                            baseline = greedy["token_level_scores"].sum(-1).repeat_interleave(cfg.rollout.n)
+                            batch = batch.union(Batch({"reward_baselines": baseline}))
+                    rollout.release()
+                    with timed(metrics, "reward"):
+                        scored, reward_metrics = score(batch, scorer)
+                        batch = batch.union(scored)
+                    with timed(metrics, "old_log_prob"):
+                        batch = batch.union(actor.compute_log_prob(batch))
+                    gate = logprob_agreement(batch["rollout_log_probs"], batch["old_log_probs"], batch["response_mask"])
+                    if cfg.rollout.max_logprob_mult_error is not None:
+                        check_logprob_agreement(gate, cfg.rollout.max_logprob_mult_error)
+                    if reference is not None:
+                        with timed(metrics, "ref"):
+                            batch = batch.union(reference.compute_ref_log_prob(batch))
+                    if critic is not None:
+                        with timed(metrics, "values"):
+                            batch = batch.union(critic.compute_values(batch))
+                    with timed(metrics, "adv"):
+                        rewarded, kl_metrics = rewards(batch, cfg.algorithm, kl_controller)
+                        batch = batch.union(rewarded)
+                        batch = batch.union(advantages(batch, cfg.algorithm))
+                    if critic is not None:
+                        with timed(metrics, "update_critic"):
+                            metrics.update(critic.update_critic(batch)[0])
+                    if step > cfg.trainer.critic_warmup:
+                        with timed(metrics, "update_actor"):
+                            metrics.update(actor.update_actor(batch)[0])
+                    with timed(metrics, "update_weights"):
+                        metrics.update(rollout.sync_weights())
+                if validate and (step == steps or test_freq > 0 and step % test_freq == 0):
+                    with timed(metrics, "testing"):
+                        metrics.update(validate(rollout))
+                metrics.update(reward_metrics, **kl_metrics, **gate,
+                               **data_metrics(batch, cfg.data.max_response_length))
+                metrics.update(perf_metrics(batch, metrics, cfg.world_size, hf_config, cfg.actor.ppo_epochs,
+                                            summarise(actor.device_stats())))
+                logger.log(step, metrics)
+                checkpoints.maybe_save(step, steps)
 
 
 def _forever(loader: PromptLoader):

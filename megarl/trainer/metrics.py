@@ -92,7 +92,14 @@ class MetricsLogger:
         if self.wandb is not None:
             self.wandb.log(metrics, step=step)
 
+    def __enter__(self) -> "MetricsLogger":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def close(self) -> None:
+        """Close the progress bar and flush tensorboard and wandb, also when the run fails."""
         for sink, stop in ((self.progress, "close"), (self.tensorboard, "close"), (self.wandb, "finish")):
             if sink is not None:
                 getattr(sink, stop)()

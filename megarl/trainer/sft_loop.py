@@ -52,16 +52,16 @@ def train_sft(cfg: SFTConfig) -> Path:
     pool = PoolSpec(MAIN_POOL, (cfg.trainer.n_gpus_per_node,) * cfg.trainer.nnodes)
     with start_cluster([pool], cfg.trainer.launcher, cfg.trainer.collective_timeout_s) as cluster:
         worker = cluster[MAIN_POOL].spawn("sft", SFTWorker, cfg, steps)
-        logger = MetricsLogger(cfg, steps, cluster.is_driver)
-        batches = itertools.chain.from_iterable(itertools.repeat(loader))  # epoch after epoch
-        for step in range(1, steps + 1):
-            start = time.perf_counter()
-            metrics = worker.train_batch(sft_batch(next(batches)))[0]
-            metrics["train/epoch"] = (step - 1) // len(loader) + 1
-            metrics["timing_s/step"] = time.perf_counter() - start
-            if val_set is not None and (step == steps or (test_freq > 0 and step % test_freq == 0)):
-                metrics["val/loss"] = validation_loss(worker, val_set, cfg.data.train_batch_size)
-            logger.log(step, metrics)
+        with MetricsLogger(cfg, steps, cluster.is_driver) as logger:
+            batches = itertools.chain.from_iterable(itertools.repeat(loader))  # epoch after epoch
+            for step in range(1, steps + 1):
+                start = time.perf_counter()
+                metrics = worker.train_batch(sft_batch(next(batches)))[0]
+                metrics["train/epoch"] = (step - 1) // len(loader) + 1
+                metrics["timing_s/step"] = time.perf_counter() - start
+                if val_set is not None and (step == steps or (test_freq > 0 and step % test_freq == 0)):
+                    metrics["val/loss"] = validation_loss(worker, val_set, cfg.data.train_batch_size)
+                logger.log(step, metrics)
         # Absolute: a Ray worker's working directory need not be the driver's.
         hf_dir = Path(worker.save_hf(str(Path(cfg.trainer.output_dir).resolve() / HF_DIR_NAME)))
         if cluster.is_driver:

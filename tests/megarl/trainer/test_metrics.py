@@ -1,0 +1,46 @@
+import json
+
+import pytest
+
+from megarl.config import load_config
+from megarl.trainer.metrics import MetricsLogger
+
+
+def config(tmp_path, loggers):
+    return load_config(overrides=[f"trainer.output_dir={tmp_path}", f"trainer.logger=[{','.join(loggers)}]"])
+
+
+def steps_in(path):
+    return [json.loads(line)["step"] for line in path.read_text().splitlines()]
+
+
+def test_each_step_is_one_json_line_and_a_resumed_run_drops_the_steps_after_its_checkpoint(tmp_path):
+    with MetricsLogger(config(tmp_path, ["console"]), 4, is_writer=True) as logger:
+        for step in range(4):
+            logger.log(step, {"critic/score/mean": step / 4})
+    assert steps_in(tmp_path / "metrics.jsonl") == [0, 1, 2, 3]
+    with MetricsLogger(config(tmp_path, ["console"]), 4, is_writer=True, start_step=2) as logger:
+        logger.log(3, {"critic/score/mean": 0.5})
+    assert steps_in(tmp_path / "metrics.jsonl") == [0, 1, 2, 3]
+    assert json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])["critic/score/mean"] == 0.5
+
+
+def test_only_the_writer_writes(tmp_path):
+    with MetricsLogger(config(tmp_path, ["console"]), 1, is_writer=False) as logger:
+        logger.log(1, {"critic/score/mean": 1.0})
+    assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_a_failing_run_still_closes_its_loggers(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    with pytest.raises(RuntimeError, match="step failed"):
+        with MetricsLogger(config(tmp_path, ["console", "tensorboard"]), 3, is_writer=True) as logger:
+            logger.log(1, {"actor/pg_loss": 0.25})
+            raise RuntimeError("step failed")
+    assert logger.progress.disable  # tqdm's bar is closed
+    assert logger.tensorboard.all_writers is None  # closed: the event file is complete
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("actor/pg_loss")] == [(1, 0.25)]
