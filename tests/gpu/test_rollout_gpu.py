@@ -1,7 +1,8 @@
 """GPU (one H200 for TP1 → TP1; nvidia-h200-x2 for TP2 → TP2 and TP2 → TP1): SGLang engines colocated with a
 bf16 megatron actor of Qwen2.5-0.5B's shape (random weights) receive its weights through the reshard layer.
 Each run must restore SGLang's poisoned weights exactly, agree with the trainer's log-probs
-(logprob_mult_error ≤ 1.05), free the engine's memory on release, and generate.
+(logprob_mult_error ≤ 1.05), free the engine's memory on release, and generate. Qwen3-0.6B's shape checks Qwen3's
+layers on one GPU; Qwen3-8B's shape (nvidia-h200-x4, TP4 → TP4) checks the sync time at scale.
 
 Rows for benchmarks/results/ go to $MEGARL_RESULTS_DIR/rollout_gpu.json when it is set."""
 
@@ -10,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,6 +22,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 
 SHAPE = "qwen2.5-0.5b"
 LAYOUTS = [(1, 1), (2, 2), (2, 1)]  # (training TP, rollout TP)
+TEST_OF_SHAPE = {"qwen3-0.6b": "qwen3_shape", "qwen3-8b": "qwen3_8b"}  # `-k` selecting a row's test
 
 
 @pytest.fixture(scope="module")
@@ -34,15 +37,7 @@ def test_sglang_sync(model_dir, tmp_path, tp, rollout_tp):
     gpus = max(tp, rollout_tp)
     if torch.cuda.device_count() < gpus:
         pytest.skip(f"needs {gpus} GPUs")
-    out = tmp_path / "row.json"
-    env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(gpus))}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(gpus),
-           str(REPO_ROOT / "tests/gpu/rollout_worker.py"), str(model_dir), str(out), "--tp", str(tp),
-           "--rollout-tp", str(rollout_tp), "--weight-check"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-8000:]
-    row = json.loads(out.read_text())
+    row = _run_worker(model_dir, tmp_path / "row.json", tp, rollout_tp)
     _record(row, tp, rollout_tp, gpus)
     assert row["weight_check"] == "exact", row["weight_check"]
     assert row["logprob_mult_error"] <= 1.05, row
@@ -50,6 +45,18 @@ def test_sglang_sync(model_dir, tmp_path, tp, rollout_tp):
     assert row["gen_tokens_per_s"] > 0 and row["sync_s"] > 0
     if tp == rollout_tp:
         assert set(row["sync_bytes_received_per_rank"]) == {0}  # each rank handed over its own shard
+
+
+def test_qwen3_shape_agrees_with_sglang(tmp_path):
+    """Qwen3's layers (q/k norms, tied embeddings at 0.6B) through the same sync, with HF's init like the 0.5B rows:
+    the 1.05 gate holds for this architecture too."""
+    from megarl.models.shapes import write_random_checkpoint
+
+    model = write_random_checkpoint("qwen3-0.6b", tmp_path / "model")
+    row = _run_worker(model, tmp_path / "row.json", 1, 1)
+    _record(row, 1, 1, 1, shape="qwen3-0.6b")
+    assert row["weight_check"] == "exact", row["weight_check"]
+    assert row["logprob_mult_error"] <= 1.05, row
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 4, reason="needs 4 GPUs (nvidia-h200-x4)")
@@ -62,20 +69,26 @@ def test_qwen3_8b_tp4_sync_within_a_second(tmp_path):
     from megarl.models.shapes import hf_config
 
     hf_config("qwen3-8b").save_pretrained(tmp_path / "qwen3-8b")
-    out = tmp_path / "row.json"
-    env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4",
-           str(REPO_ROOT / "tests/gpu/rollout_worker.py"), str(tmp_path / "qwen3-8b"), str(out), "--tp", "4",
-           "--rollout-tp", "4", "--random-init", "--weight-check", "--prompts", "32", "--response-len", "128"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-8000:]
-    row = json.loads(out.read_text())
+    row = _run_worker(tmp_path / "qwen3-8b", tmp_path / "row.json", 4, 4,
+                      "--random-init", "--prompts", "32", "--response-len", "128")
     _record(row, 4, 4, 4, shape="qwen3-8b")
     assert row["sync_s"] <= 1.0, row
     assert row["weight_check"] == "exact", row["weight_check"]
     assert abs(row["logprob_mult_error"] - row["logprob_mult_error_engine_loaded"]) <= 0.005, row
     assert set(row["sync_bytes_received_per_rank"]) == {0}
+
+
+def _run_worker(model_dir, out, tp, rollout_tp, *options) -> dict:
+    """tests/gpu/rollout_worker.py on max(tp, rollout_tp) GPUs, with the weight check; its row."""
+    gpus = max(tp, rollout_tp)
+    env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(gpus))}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(gpus),
+           str(REPO_ROOT / "tests/gpu/rollout_worker.py"), str(model_dir), str(out), "--tp", str(tp),
+           "--rollout-tp", str(rollout_tp), "--weight-check", *options]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-8000:]
+    return json.loads(Path(out).read_text())
 
 
 def _record(row, tp, rollout_tp, gpus, shape=SHAPE):
@@ -86,8 +99,8 @@ def _record(row, tp, rollout_tp, gpus, shape=SHAPE):
     full = {"date": datetime.date.today().isoformat(), "commit": os.environ.get("MEGARL_COMMIT", commit),
             "machine": "nvidia-h200" if torch.cuda.device_count() == 1 else f"nvidia-h200-x{torch.cuda.device_count()}",
             "gpus_used": gpus,
-            "command": "MEGARL_RESULTS_DIR=$OUT python -m pytest tests/gpu/test_rollout_gpu.py "
-                       + (f"-k tp{tp}-to-tp{rollout_tp}" if shape == SHAPE else "-k qwen3_8b"),
+            "command": "MEGARL_RESULTS_DIR=$OUT python -m pytest tests/gpu/test_rollout_gpu.py -k "
+                       + TEST_OF_SHAPE.get(shape, f"tp{tp}-to-tp{rollout_tp}"),
             "model_shape": shape, "dtype": "bf16", "pp": 1, "cp": 1, "backend": "sglang", **row}
     path = os.path.join(out, "rollout_gpu.json")
     rows = json.load(open(path)) if os.path.exists(path) else []
