@@ -10,6 +10,7 @@ from megarl.config.validate import (
     check_choice,
     check_megatron_choices,
     check_mesh_fits_model,
+    check_positive,
     check_run_choices,
     divisors,
     megatron_sizes,
@@ -51,9 +52,7 @@ def _check_sizes(cfg: SFTConfig, problems: list[str]) -> bool:
         **run_sizes(cfg.trainer),
         **megatron_sizes("actor.megatron", cfg.actor.megatron),
     }
-    bad = [f"{key}={value} must be at least 1" for key, value in positive.items() if value < 1]
-    problems.extend(bad)
-    return bool(bad)
+    return check_positive(problems, positive)
 
 
 def _check_batches(cfg: SFTConfig, problems: list[str]) -> None:

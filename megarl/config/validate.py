@@ -99,14 +99,19 @@ def _check_sizes(cfg: MegaRLConfig, problems: list[str]) -> None:
         positive["trainer.max_ckpt_to_keep"] = cfg.trainer.max_ckpt_to_keep
     for role in ("actor", "critic"):
         positive.update(megatron_sizes(f"{role}.megatron", getattr(cfg, role).megatron))
-    for key, value in positive.items():
-        if value < 1:
-            problems.append(f"{key}={value} must be at least 1")
+    check_positive(problems, positive)
     limit = cfg.rollout.max_logprob_mult_error
     if limit is not None and limit <= 1:
         problems.append(f"rollout.max_logprob_mult_error={limit} must be > 1 (1 is exact agreement), e.g. 1.05")
     if not 0 < cfg.rollout.gpu_memory_utilization < 1:
         problems.append(f"rollout.gpu_memory_utilization={cfg.rollout.gpu_memory_utilization} must be in (0, 1)")
+
+
+def check_positive(problems: list[str], sizes: dict[str, int]) -> bool:
+    """Report each of `sizes` ({key: value}) below 1; whether any was."""
+    bad = [f"{key}={value} must be at least 1" for key, value in sizes.items() if value < 1]
+    problems.extend(bad)
+    return bool(bad)
 
 
 def check_run_choices(problems: list[str], trainer: RunConfig) -> None:
