@@ -30,7 +30,6 @@ from megarl.algorithms.losses import (
     compute_policy_loss,
     compute_value_loss,
     entropy_from_logits,
-    loss_normalizers,
     register_policy_loss,
     token_weights,
 )
@@ -56,7 +55,6 @@ __all__ = [
     "compute_value_loss",
     "entropy_from_logits",
     "kl_penalty",
-    "loss_normalizers",
     "make_kl_controller",
     "masked_mean",
     "masked_sum",

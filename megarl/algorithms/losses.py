@@ -1,9 +1,15 @@
 """Policy, value and entropy losses, and verl's loss-aggregation modes.
 
-Aggregation is normalised by *global* counts: pass the number of response tokens (`batch_num_tokens`) or
-non-empty sequences (`global_batch_size`) of the whole mini-batch, summed over micro-batches and data-parallel
-ranks. Then summing the losses of any micro-batch split gives the full-batch loss, whatever the layout.
-`dp_size` multiplies the result, for gradient reductions that average over data-parallel ranks.
+`agg_loss` is verl's public function (verl v0.7.0, unchanged through commit b178a3cd of 2026-01-29), with its
+arguments and results: `batch_num_tokens` and `global_batch_size` are the whole mini-batch's response tokens and
+non-empty sequences (summed over micro-batches and data-parallel ranks), and `dp_size` multiplies the result, for
+gradient reductions that average over data-parallel ranks.
+
+The training loop does not aggregate with it: `token_weights` gives each response token its weight from the
+mini-batch's global counts, and the loss is Σ weight · loss (`agg_loss(..., weights=...)`). Being per token, the
+weights survive any micro-batch, packing or context-parallel split, so the loss does not depend on the layout.
+For seq-mean-token-sum-norm the weights also divide by the global sequence count: verl leaves that mean over
+sequences to its trainer, which averages the per-micro-batch results of `agg_loss`.
 """
 
 from __future__ import annotations
@@ -19,11 +25,6 @@ POLICY_LOSSES: Registry = Registry("policy loss")
 register_policy_loss = POLICY_LOSSES.register
 
 
-def loss_normalizers(loss_mask: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The counts `agg_loss` normalises by, for `loss_mask`; sum them over micro-batches and ranks."""
-    return {"batch_num_tokens": loss_mask.sum(), "global_batch_size": (loss_mask.sum(-1) > 0).sum()}
-
-
 def token_weights(
     loss_mask: torch.Tensor,
     loss_agg_mode: str,
@@ -31,8 +32,9 @@ def token_weights(
     global_batch_size: torch.Tensor | float | None = None,
     loss_scale_factor: float | None = None,
 ) -> torch.Tensor:
-    """Per-token weights w such that the aggregated loss is Σ w · loss (see `agg_loss`). Being per token, they
-    survive packing and context-parallel splitting: a micro-batch's loss is Σ w · loss over its own tokens."""
+    """Per-token weights w of the training loop's loss Σ w · loss: `agg_loss`'s modes (without dp_size), except
+    that seq-mean-token-sum-norm is also divided by the sequence count G. Being per token, they survive packing
+    and context-parallel splitting: a micro-batch's loss is Σ w · loss over its own tokens."""
     if loss_agg_mode not in LOSS_AGG_MODES:
         raise ValueError(f"unknown loss_agg_mode {loss_agg_mode!r}; known: {', '.join(LOSS_AGG_MODES)}")
     mask = loss_mask.float()
@@ -59,15 +61,20 @@ def agg_loss(
     loss_scale_factor: float | None = None,
     weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Aggregate a [batch, response_length] loss matrix into a scalar.
+    """Aggregate a [batch, response_length] loss matrix into a scalar, as verl's `agg_loss` does.
 
-    token-mean: Σ loss / #tokens. seq-mean-token-sum: mean over sequences of each sequence's token sum.
-    seq-mean-token-mean: mean over sequences of each sequence's token mean. seq-mean-token-sum-norm (Dr.GRPO):
-    seq-mean-token-sum divided by `loss_scale_factor`, a constant (default: the padded response length;
-    pass the configured max response length so micro-batches of different padding agree).
-    Fully masked rows contribute nothing and are not counted as sequences. `weights` (from `token_weights`,
-    computed where whole sequences are visible) replace the mode and counts.
+    With S_i = Σ_t loss·mask of sequence i, n_i its tokens, N = `batch_num_tokens` (default Σ n_i) and
+    G = `global_batch_size` (default: the sequences with n_i > 0; fully masked rows are not sequences):
+    token-mean: Σ S_i / N · dp_size. seq-mean-token-sum: Σ S_i / G · dp_size.
+    seq-mean-token-mean: Σ (S_i / n_i) / G · dp_size. seq-mean-token-sum-norm (Dr.GRPO): Σ S_i / L, with
+    L = `loss_scale_factor` (default: the padded response length; pass the configured max response length so
+    micro-batches of different padding agree); as in verl, this mode ignores G and `dp_size`.
+    Unlike verl, an empty batch (N or G of 0) gives 0, not NaN.
+    `weights` (from `token_weights`, the training loop's path) replace the mode and counts: Σ weights·loss · dp_size.
     """
+    if weights is None and loss_agg_mode == "seq-mean-token-sum-norm":
+        scale = loss_mask.shape[-1] if loss_scale_factor is None else loss_scale_factor
+        return (loss_mat * loss_mask).sum() / scale
     if weights is None:
         weights = token_weights(loss_mask, loss_agg_mode, batch_num_tokens, global_batch_size, loss_scale_factor)
     return (loss_mat * weights).sum() * dp_size

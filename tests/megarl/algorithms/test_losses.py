@@ -12,25 +12,41 @@ from megarl.algorithms import (
     compute_policy_loss,
     compute_value_loss,
     entropy_from_logits,
-    loss_normalizers,
+    token_weights,
 )
 
 LOSS = torch.tensor([[1.0, 2.0, 3.0, 0.0], [4.0, 0.0, 0.0, 0.0], [5.0, 5.0, 5.0, 5.0]])
 MASK = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
 
 
+# verl's agg_loss on LOSS, MASK by hand: sequence sums S = (6, 4, 0) of n = (3, 1, 0) tokens; N = 4 tokens,
+# G = 2 sequences (the fully masked row is not one), L = 4 columns.
+@pytest.mark.parametrize(
+    "mode, expected, dp_scaled",
+    [
+        ("token-mean", (1 + 2 + 3 + 4) / 4, True),
+        ("seq-mean-token-sum", (6 + 4) / 2, True),  # the fully masked row is not a sequence
+        ("seq-mean-token-mean", (2 + 4) / 2, True),
+        ("seq-mean-token-sum-norm", (6 + 4) / 4, False),  # Dr.GRPO: Σ S / L, divided by neither G nor dp_size
+    ],
+)
+def test_agg_loss_modes(mode, expected, dp_scaled):
+    assert agg_loss(LOSS, MASK, mode).item() == pytest.approx(expected)
+    assert agg_loss(LOSS, MASK, mode, dp_size=4).item() == pytest.approx((4 if dp_scaled else 1) * expected)
+
+
 @pytest.mark.parametrize(
     "mode, expected",
     [
-        ("token-mean", (1 + 2 + 3 + 4) / 4),
-        ("seq-mean-token-sum", (6 + 4) / 2),  # the fully masked row is not a sequence
-        ("seq-mean-token-mean", (2 + 4) / 2),
-        ("seq-mean-token-sum-norm", (6 + 4) / 2 / 4),
+        ("token-mean", (6 + 4) / 8 * 2),
+        ("seq-mean-token-sum", (6 + 4) / 5 * 2),
+        ("seq-mean-token-mean", (6 / 3 + 4 / 1) / 5 * 2),
+        ("seq-mean-token-sum-norm", (6 + 4) / 16),
     ],
 )
-def test_agg_loss_modes(mode, expected):
-    assert agg_loss(LOSS, MASK, mode).item() == pytest.approx(expected)
-    assert agg_loss(LOSS, MASK, mode, dp_size=4).item() == pytest.approx(4 * expected)
+def test_agg_loss_takes_verls_global_counts(mode, expected):
+    counts = {"dp_size": 2, "batch_num_tokens": 8, "global_batch_size": 5, "loss_scale_factor": 16}
+    assert agg_loss(LOSS, MASK, mode, **counts).item() == pytest.approx(expected)
 
 
 def test_agg_loss_empty_batch_is_zero_and_unknown_mode_fails():
@@ -52,18 +68,19 @@ def batch_and_split(draw):
 
 @settings(max_examples=80, deadline=None)
 @given(batch_and_split(), st.sampled_from(LOSS_AGG_MODES), st.integers(1, 4))
-def test_agg_loss_micro_batches_sum_to_full_batch(case, mode, dp_size):
+def test_token_weights_micro_batches_sum_to_full_batch(case, mode, dp_size):
     lengths, width, seed, cuts = case
     gen = torch.Generator().manual_seed(seed)
     loss = torch.randn(len(lengths), width, generator=gen, dtype=torch.float64)
     mask = torch.tensor([[1.0 if t < n else 0.0 for t in range(width)] for n in lengths], dtype=torch.float64)
-    full = agg_loss(loss, mask, mode, loss_scale_factor=width)
+    full = (loss * token_weights(mask, mode, loss_scale_factor=width)).sum()
     # Split rows into micro-batches (as over DP ranks × micro-batches), each trimmed to its own padding.
-    normalizers = loss_normalizers(mask)
+    tokens, sequences = mask.sum(), (mask.sum(-1) > 0).sum()
     total = 0.0
     for lo, hi in zip([0, *cuts], [*cuts, len(lengths)]):
         used = max(1, max(lengths[lo:hi]))
-        micro = agg_loss(loss[lo:hi, :used], mask[lo:hi, :used], mode, dp_size=dp_size, loss_scale_factor=width, **normalizers)
+        weights = token_weights(mask[lo:hi, :used], mode, tokens, sequences, loss_scale_factor=width)
+        micro = agg_loss(loss[lo:hi, :used], mask[lo:hi, :used], mode, dp_size=dp_size, weights=weights)
         total = total + micro / dp_size
     assert float(total) == pytest.approx(float(full), rel=1e-9, abs=1e-9)
 
