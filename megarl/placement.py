@@ -4,15 +4,20 @@ shares those processes too, or gets its own pool with `critic.enable_resource_po
 
 from __future__ import annotations
 
-from megarl.config.schema import MegaRLConfig
+from megarl.config.schema import MegaRLConfig, RunConfig
 from parallel.controller import Cluster, PoolSpec, resolve_launcher, start_cluster
 
 MAIN_POOL = "main"
 CRITIC_POOL = "critic"
 
 
+def main_pool(run: RunConfig) -> PoolSpec:
+    """The run's `trainer.nnodes` × `trainer.n_gpus_per_node` GPUs, one worker process each (RL and SFT alike)."""
+    return PoolSpec(MAIN_POOL, (run.n_gpus_per_node,) * run.nnodes)
+
+
 def resource_pools(cfg: MegaRLConfig) -> list[PoolSpec]:
-    pools = [PoolSpec(MAIN_POOL, (cfg.trainer.n_gpus_per_node,) * cfg.trainer.nnodes)]
+    pools = [main_pool(cfg.trainer)]
     if cfg.use_critic and cfg.critic.enable_resource_pool:
         pools.append(PoolSpec(CRITIC_POOL, (cfg.critic.n_gpus_per_node,) * cfg.critic.nnodes))
     return pools

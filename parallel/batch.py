@@ -1,14 +1,14 @@
 """The one container a step's data travels in, between the driver and the workers and from stage to stage.
 
-A `Batch` holds per-sample tensors (`tensors`, leading dimension = number of samples), per-sample Python
-values (`fields`: data_source, ground truth, uid, ... as numpy object arrays) and batch-wide `meta`
-(temperature, step, metrics). Operations return new batches; none modifies its input.
+A `Batch` holds per-sample tensors (`tensors`, leading dimension = number of samples) and per-sample Python
+values (`fields`: data_source, ground truth, uid, ... as numpy object arrays). Operations return new batches;
+none modifies its input.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -25,7 +25,6 @@ def _object_array(values: Iterable) -> np.ndarray:
 class Batch:
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)
     fields: dict[str, np.ndarray] = field(default_factory=dict)
-    meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
         self.fields = {
@@ -71,7 +70,7 @@ class Batch:
             index = torch.as_tensor(rows, dtype=torch.long)
             tensors = {k: v[index.to(v.device)] for k, v in tensors.items()}
             fields = {k: v[rows] for k, v in fields.items()}
-        return Batch(tensors, fields, dict(self.meta))
+        return Batch(tensors, fields)
 
     def chunk(self, parts: int) -> list[Batch]:
         """`parts` consecutive batches of equal size."""
@@ -82,7 +81,7 @@ class Batch:
 
     @staticmethod
     def concat(batches: Sequence[Batch]) -> Batch:
-        """Rows of `batches` in order; they must have the same columns. Meta comes from the first."""
+        """Rows of `batches` in order; they must have the same columns."""
         if not batches:
             raise ValueError("concat needs at least one batch")
         keys = sorted(batches[0].keys())
@@ -91,7 +90,7 @@ class Batch:
                 raise ValueError(f"cannot concat batches with different keys: {keys} vs {sorted(other.keys())}")
         tensors = {k: torch.cat([b.tensors[k] for b in batches]) for k in batches[0].tensors}
         fields = {k: np.concatenate([b.fields[k] for b in batches]) for k in batches[0].fields}
-        return Batch(tensors, fields, dict(batches[0].meta))
+        return Batch(tensors, fields)
 
     def repeat(self, times: int, interleave: bool = True) -> Batch:
         """Each sample `times` times: a a b b (interleave, as rollout.n samples per prompt) or a b a b."""
@@ -99,7 +98,7 @@ class Batch:
         return self.select(indices=rows)
 
     def union(self, other: Batch) -> Batch:
-        """Columns and meta of both; a key in both must hold equal values."""
+        """Columns of both; a key in both must hold equal values."""
         if self.keys() and other.keys() and len(self) != len(other):
             raise ValueError(f"cannot union batches of {len(self)} and {len(other)} samples")
         for key in set(self.tensors) & set(other.tensors):
@@ -108,7 +107,7 @@ class Batch:
         for key in set(self.fields) & set(other.fields):
             if not np.array_equal(self.fields[key], other.fields[key]):
                 raise ValueError(f"union: both batches have field {key!r}, with different values")
-        return Batch({**self.tensors, **other.tensors}, {**self.fields, **other.fields}, {**self.meta, **other.meta})
+        return Batch({**self.tensors, **other.tensors}, {**self.fields, **other.fields})
 
     def to(self, device) -> Batch:
-        return Batch({k: v.to(device) for k, v in self.tensors.items()}, dict(self.fields), dict(self.meta))
+        return Batch({k: v.to(device) for k, v in self.tensors.items()}, dict(self.fields))

@@ -1,8 +1,8 @@
 """Actor weights from megatron's training layout into a colocated rollout engine's layout, in buckets of bounded
 size: the 3D-HybridEngine idea.
 
-Every GPU hosts one tensor-parallel rank of a rollout engine (`engine_slots`). Its slot is chosen so that the
-weights it needs are as close as possible to the training shards already on that GPU:
+Every GPU hosts one tensor-parallel rank of a rollout engine (`parallel.engines.engine_slots`). Its slot is chosen
+so that the weights it needs are as close as possible to the training shards already on that GPU:
 
 - rollout TP R = training TP T (and any PP): each rank converts its own shard; nothing is gathered.
 - R < T: the T/R engines of a training TP group are strided over it (GPU step T/R, SGLang's `gpu_id_step`),
@@ -21,7 +21,6 @@ that its engine rank holds.
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -30,49 +29,11 @@ import torch
 import torch.distributed as dist
 
 from parallel import topology
+from parallel.engines import EngineSlot
 
 Part = tuple[str, torch.Tensor, "int | None"]  # (HF name, tensor, tensor-parallel dim or None)
-Convert = Callable[[str, torch.Tensor], list[Part]]  # megatron name (global layers) + tensor → HF parts
-
-
-@dataclass(frozen=True)
-class EngineSlot:
-    """The rollout engine rank that one GPU (training rank) hosts."""
-
-    engine: int  # global index of the engine
-    engine_rank: int  # its tensor-parallel rank within the engine
-    engine_ranks: tuple[int, ...]  # the engine's training ranks, in engine-rank order
-    gather_ranks: tuple[int, ...]  # training ranks whose shards, concatenated in order, hold this slot's weights
-    part: int  # ...of which the slot keeps part `part` of `parts`
-    parts: int
-
-
-def engine_slots(world_size: int, train_tp: int, rollout_tp: int) -> list[EngineSlot]:
-    """Slot of every training rank (index = rank) for rollout engines of `rollout_tp` GPUs."""
-    big, small = max(train_tp, rollout_tp), min(train_tp, rollout_tp)
-    if big % small or world_size % big:
-        raise ValueError(
-            f"rollout TP {rollout_tp} and training TP {train_tp} must divide one another and the {world_size} GPUs"
-        )
-    slots = []
-    for rank in range(world_size):
-        start, t = rank - rank % train_tp, rank % train_tp
-        if rollout_tp <= train_tp:
-            stride = train_tp // rollout_tp
-            j, e = t // stride, t % stride
-            slots.append(EngineSlot(
-                engine=rank // train_tp * stride + e, engine_rank=j,
-                engine_ranks=tuple(start + e + stride * i for i in range(rollout_tp)),
-                gather_ranks=tuple(start + j * stride + i for i in range(stride)), part=0, parts=1,
-            ))
-        else:
-            first = rank - rank % rollout_tp
-            slots.append(EngineSlot(
-                engine=rank // rollout_tp, engine_rank=rank % rollout_tp,
-                engine_ranks=tuple(range(first, first + rollout_tp)),
-                gather_ranks=tuple(range(start, start + train_tp)), part=rank % rollout_tp, parts=rollout_tp,
-            ))
-    return slots
+NamedParameters = Callable[[], list[tuple[str, torch.Tensor]]]  # this rank's weights, named the same on every stage
+Convert = Callable[[str, torch.Tensor], list[Part]]  # a parameter of those names + tensor → HF parts
 
 
 @dataclass
@@ -88,35 +49,16 @@ class SyncStats:
                 "update_weights/peak_extra_memory_gb": self.peak_extra_bytes / 1e9}
 
 
-_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
-
-
-def local_parameters(model_chunks: list) -> list[tuple[str, torch.Tensor]]:
-    """This rank's parameters with megatron names whose layer numbers are global (megatron numbers a pipeline
-    stage's layers from 0)."""
-    from megatron.core.utils import unwrap_model
-
-    named = []
-    for chunk in model_chunks:
-        module = unwrap_model(chunk)
-        layers = getattr(getattr(module, "decoder", None), "layers", [])
-        global_index = {str(i): str(layer.layer_number - 1) for i, layer in enumerate(layers)}
-        for name, param in module.named_parameters():
-            name = _LAYER.sub(lambda m: f"decoder.layers.{global_index[m.group(1)]}.", name)
-            named.append((name, param.detach()))
-    return named
-
-
 class WeightStreamer:
     """Streams one model's weights into this rank's engine slot. Build it once per model (it exchanges the
     parameter list of every pipeline stage and creates the gather groups), then call `sync` after each update."""
 
-    def __init__(self, model_chunks: list, convert: Convert, slot: EngineSlot, all_slots: list[EngineSlot],
-                 pp_group=None, bucket_bytes: int = 512 << 20):
-        self.model_chunks, self.convert, self.slot, self.bucket_bytes = model_chunks, convert, slot, bucket_bytes
-        self.pp_group = pp_group
+    def __init__(self, named_parameters: NamedParameters, convert: Convert, slot: EngineSlot,
+                 all_slots: list[EngineSlot], pp_group=None, bucket_bytes: int = 512 << 20):
+        self.named_parameters, self.convert, self.slot = named_parameters, convert, slot
+        self.pp_group, self.bucket_bytes = pp_group, bucket_bytes
         self.gather_group = topology.process_group_of(slot.gather_ranks, (s.gather_ranks for s in all_slots))
-        local = [(name, tuple(t.shape), t.dtype) for name, t in local_parameters(model_chunks)]
+        local = [(name, tuple(t.shape), t.dtype) for name, t in named_parameters()]
         stages = [local]
         if pp_group is not None and dist.get_world_size(pp_group) > 1:
             stages = [None] * dist.get_world_size(pp_group)
@@ -133,7 +75,7 @@ class WeightStreamer:
             torch.cuda.reset_peak_memory_stats()
             baseline = torch.cuda.memory_allocated()
         stats, start = SyncStats(), time.perf_counter()
-        local = dict(local_parameters(self.model_chunks))
+        local = dict(self.named_parameters())
         bucket, held = [], 0
         for stage, name, shape, dtype in self.manifest:
             owned = stage == self.my_stage

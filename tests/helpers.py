@@ -1,12 +1,22 @@
-"""Test helpers: real (tiny) artifacts made in the test, never downloaded."""
+"""Test helpers shared by test modules: real (tiny) artifacts made in the test, never downloaded, and the
+subprocess runs (torchrun, Ray, `megarl train`) several tests start."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("MEGARL_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+# For the subprocesses: the repository importable, a local Ray without token auth, wandb writing offline.
+ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "WANDB_MODE": "offline",
+       "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+DIST_WORKER = REPO_ROOT / "tests" / "megarl" / "models" / "dist_worker.py"
+LAYOUTS = {"tp2": (2, 1, 1), "pp2": (1, 2, 1), "cp2": (1, 1, 2), "dp2": (1, 1, 1)}  # name: (tp, pp, cp)
 
 
 def make_tokenizer(out_dir: Path, corpus: list[str] | None = None, vocab_size: int = 400):
@@ -28,3 +38,63 @@ def make_chat_model(out_dir: Path, seed: int = 0) -> Path:
                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     Qwen2ForCausalLM(config).save_pretrained(out_dir)
     return out_dir
+
+
+def make_model(family: str, path: Path) -> Path:
+    """A 2-layer model of `family` (qwen2, qwen3 or llama) with random weights and a 128-token vocabulary."""
+    import torch
+    from transformers import (
+        LlamaConfig,
+        LlamaForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+    )
+
+    config_cls, model_cls = {
+        "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+        "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+        "llama": (LlamaConfig, LlamaForCausalLM),
+    }[family]
+    torch.manual_seed(0)
+    config = config_cls(
+        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+        tie_word_embeddings=family == "qwen3",  # Qwen2: untied, QKV bias; Qwen3: tied, QK-norm; Llama: untied
+    )
+    model_cls(config).save_pretrained(path)
+    return path
+
+
+def run_layout(model_dir: Path, out: Path, tp: int, pp: int, cp: int, nproc: int, extra=(), timeout=300) -> dict:
+    """tests/megarl/models/dist_worker.py's results for one parallel layout, under torchrun."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), str(DIST_WORKER),
+           str(model_dir), str(out), "--tp", str(tp), "--pp", str(pp), "--cp", str(cp), *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return json.loads(out.read_text())
+
+
+def run_job(model_dir, out, launcher, *extra, timeout=240):
+    """tests/parallel/step_job.py under `launcher` (ray: 2 worker processes; torchrun: 2 ranks), and its time."""
+    prefix = [sys.executable, "-m"]
+    if launcher == "torchrun":
+        prefix += ["torch.distributed.run", "--nproc-per-node", "2", "-m"]
+    cmd = [*prefix, "tests.parallel.step_job", str(model_dir), str(out), *extra]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
+    return proc, time.monotonic() - start
+
+
+def overrides(root, out, *extra):
+    """`megarl train` overrides for the tiny model and prompts of tests/megarl/trainer/conftest.py's `setup`."""
+    return [f"model.path={root / 'model'}", f"data.train_files=[{root / 'train.parquet'}]",
+            f"trainer.output_dir={out}", "rollout.name=transformers", "rollout.n=2", "data.train_batch_size=2",
+            "actor.ppo_mini_batch_size=1", "data.max_prompt_length=64", "data.max_response_length=6",
+            "trainer.total_training_steps=2", "trainer.n_gpus_per_node=2", "trainer.collective_timeout_s=120",
+            "actor.optim.lr=1e-3", "rollout.max_logprob_mult_error=1.001", *extra]
+
+
+def read_metrics(out):
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

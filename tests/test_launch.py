@@ -9,8 +9,7 @@ import subprocess
 
 import pytest
 
-from tests.helpers import REPO_ROOT
-from tests.megarl.models.test_layouts import make_model
+from tests.helpers import REPO_ROOT, make_model
 
 SCRIPTS = sorted([*REPO_ROOT.glob("launch/*.sh"), *REPO_ROOT.glob("launch/slurm/*.sbatch")])
 ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "ENTRY": "tests.parallel.step_job"}

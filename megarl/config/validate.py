@@ -8,12 +8,13 @@ from pathlib import Path
 from megarl.algorithms import ADV_ESTIMATORS, KL_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSSES
 from megarl.config.loader import ConfigError
 from megarl.config.schema import MegaRLConfig, MegatronConfig, RunConfig
+from megarl.data.dataset import TRUNCATIONS
+from megarl.models.shapes import heads_split_problem
 from megarl.registry import did_you_mean
 from megarl.rewards.function import RewardFunctionSpecError, check_reward_function_spec
 from megarl.rollout import ROLLOUT_BACKENDS
 from parallel.controller import LAUNCHERS
 
-TRUNCATION_MODES = ("error", "left", "right", "middle")
 LOGGERS = ("console", "tensorboard", "wandb")
 RESUME_MODES = ("auto", "disable", "resume_path")
 LR_DECAY_STYLES = ("constant", "linear", "cosine")
@@ -40,7 +41,7 @@ def check_choice(problems: list[str], key: str, value, choices) -> None:
 
 
 def _check_choices(cfg: MegaRLConfig, problems: list[str]) -> None:
-    check_choice(problems, "data.truncation", cfg.data.truncation, TRUNCATION_MODES)
+    check_choice(problems, "data.truncation", cfg.data.truncation, TRUNCATIONS)
     check_choice(problems, "algorithm.adv_estimator", cfg.algorithm.adv_estimator, ADV_ESTIMATORS.names())
     check_choice(problems, "algorithm.kl_penalty", cfg.algorithm.kl_penalty, KL_ESTIMATORS.names())
     check_choice(problems, "algorithm.kl_ctrl.type", cfg.algorithm.kl_ctrl.type, ("fixed", "adaptive"))
@@ -287,16 +288,10 @@ def read_hf_config(path: str | None) -> dict | None:
 
 
 def check_mesh_fits_model(problems: list[str], role: str, megatron: MegatronConfig, hf: dict, where: str) -> None:
-    heads = hf.get("num_attention_heads")
-    kv_heads = hf.get("num_key_value_heads") or heads
+    _check_tp_splits_heads(problems, f"{role}.megatron.tensor_model_parallel_size",
+                           megatron.tensor_model_parallel_size, hf, where)
     layers = hf.get("num_hidden_layers")
-    tp = megatron.tensor_model_parallel_size
     pp = megatron.pipeline_model_parallel_size
-    if heads and tp >= 1 and (heads % tp or kv_heads % tp):
-        problems.append(
-            f"{role}.megatron.tensor_model_parallel_size={tp} must divide the model's {heads} attention heads "
-            f"and {kv_heads} key/value heads ({where}): use one of {divisors(kv_heads)}"
-        )
     if layers and pp >= 1 and layers % pp:
         problems.append(
             f"{role}.megatron.pipeline_model_parallel_size={pp} must divide the model's {layers} layers "
@@ -304,19 +299,21 @@ def check_mesh_fits_model(problems: list[str], role: str, megatron: MegatronConf
         )
 
 
+def _check_tp_splits_heads(problems: list[str], key: str, tp: int, hf: dict, where: str) -> None:
+    heads = hf.get("num_attention_heads")
+    kv_heads = hf.get("num_key_value_heads") or heads
+    problem = heads and heads_split_problem(tp, kv_heads, heads)
+    if problem:
+        problems.append(f"{key}={tp} {problem} ({where}): use one of {divisors(kv_heads)}")
+
+
 def _check_against_model(cfg: MegaRLConfig, problems: list[str]) -> None:
     hf = read_hf_config(cfg.model.path)
     if hf is not None:
         where = f"{cfg.model.path}/config.json"
         check_mesh_fits_model(problems, "actor", cfg.actor.megatron, hf, where)
-        heads = hf.get("num_attention_heads")
-        kv_heads = hf.get("num_key_value_heads") or heads
-        rollout_tp = cfg.rollout.tensor_model_parallel_size
-        if heads and rollout_tp >= 1 and (heads % rollout_tp or kv_heads % rollout_tp):
-            problems.append(
-                f"rollout.tensor_model_parallel_size={rollout_tp} must divide the model's {heads} attention "
-                f"heads and {kv_heads} key/value heads ({where}): use one of {divisors(kv_heads)}"
-            )
+        _check_tp_splits_heads(problems, "rollout.tensor_model_parallel_size", cfg.rollout.tensor_model_parallel_size,
+                               hf, where)
         max_positions = hf.get("max_position_embeddings")
         total = cfg.data.max_prompt_length + cfg.data.max_response_length
         if max_positions and total > max_positions:

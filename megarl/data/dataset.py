@@ -5,12 +5,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import datasets
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
+
+if TYPE_CHECKING:  # the config's validators import this module
+    from megarl.config.schema import DataConfig
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +38,12 @@ class RLDataset:
     the row and its length), left (keep the end), right (keep the start) or middle (keep both ends).
     An item is the row's columns plus `prompt_ids` (token ids, unpadded) and `raw_prompt`.
     """
+
+    @classmethod
+    def from_config(cls, files: Sequence[str | Path], tokenizer, data: DataConfig) -> RLDataset:
+        """The training or validation prompts of a recipe's `data` section."""
+        return cls(files, tokenizer, max_prompt_length=data.max_prompt_length, prompt_key=data.prompt_key,
+                   filter_overlong_prompts=data.filter_overlong_prompts, truncation=data.truncation)
 
     def __init__(
         self,

@@ -14,12 +14,14 @@ from typing import Any, Sequence
 import pyarrow as pa
 import torch
 
-from megarl.data.dataset import DataError, encode_prompt, read_parquet
+from megarl.data.dataset import TRUNCATIONS, DataError, encode_prompt, read_parquet
 from parallel.batch import Batch
 
 logger = logging.getLogger(__name__)
 
-SFT_TRUNCATIONS = ("error", "left", "right")
+# No "middle": cutting out the middle of prompt + response would join the prompt's start to the response's end,
+# and the model would learn to answer with the tail of an answer.
+SFT_TRUNCATIONS = tuple(mode for mode in TRUNCATIONS if mode != "middle")
 
 
 class SFTDataset:

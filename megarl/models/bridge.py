@@ -1,10 +1,11 @@
 """HF checkpoints ↔ megatron-core GPTModels through mbridge, with the local spec as a first-class path.
 
-mbridge builds Transformer Engine's layer spec unconditionally and names the layer norms the TE way. Here
-one bridge instance is adapted instead of writing a second converter: its layer spec comes from
-`megarl.models.spec`, and on the local spec the two norms that TE fuses into the linear layers
-(`input_layernorm`, `pre_mlp_layernorm`) are mapped to their HF names. Sequence parallelism (which mbridge
-turns on whenever TP > 1) and the fusions that need TE or CUDA are turned off on the local spec.
+mbridge's bridge classes for the three families megarl converts (Qwen2/2.5, Qwen3, Llama) are subclassed once
+each (`BRIDGES`, keyed by the HF `model_type` as mbridge's own registry is). `MegarlBridge` overrides the
+hooks mbridge's classes offer: the layer spec comes from `megarl.models.spec`, and every megatron parameter
+name maps to HF names through the one table in `megarl.models.hf_names` (which knows the local spec's norm
+names as well as Transformer Engine's). Sequence parallelism (which mbridge turns on whenever TP > 1) and the
+fusions that need TE or CUDA are turned off on the local spec.
 """
 
 from __future__ import annotations
@@ -14,11 +15,16 @@ from pathlib import Path
 from typing import Iterator
 
 import torch
-from mbridge import AutoBridge
+from mbridge.core import LLMBridge
+from mbridge.core.safetensor_io import SafeTensorIO
+from mbridge.models.llama import LLaMABridge
+from mbridge.models.qwen2 import Qwen2Bridge
+from mbridge.models.qwen3 import Qwen3Bridge
 from safetensors import safe_open
 from transformers import AutoConfig
 
 from megarl.models.accelerators import transformer_engine_available
+from megarl.models.hf_names import EMBEDDING, LM_HEAD, OUTPUT_LAYER, VALUE_HEAD_NAME, hf_names
 from megarl.models.spec import layer_spec
 
 # Without TE: no sequence parallel (its norms need TE) and none of the fusions that need TE or Apex.
@@ -58,22 +64,89 @@ def load_hf_config(path: str | Path):
     return hf_config
 
 
-VALUE_HEAD_NAME = "score.weight"  # as in HF's AutoModelForTokenClassification(num_labels=1)
+class _UniqueNamesSafeTensorIO(SafeTensorIO):
+    """mbridge's reader counts a name asked for twice as missing; a value head and the embedding on one
+    pipeline stage both ask for the embedding while loading."""
+
+    def load_some_hf_weight(self, hf_weight_names: list[str]) -> dict:
+        return super().load_some_hf_weight(list(dict.fromkeys(hf_weight_names)))
+
+
+class MegarlBridge(LLMBridge):
+    """The hooks megarl overrides in mbridge's bridge of a family (combined with it in `BRIDGES`).
+
+    A tied output layer loads from the embedding and is not exported (the embedding is). With `value_head`
+    the model is built untied (the scalar head is its own weight; a tied last pipeline stage would reduce its
+    gradient with the embedding's). While loading, the head names the embedding, which every checkpoint has,
+    so mbridge's value-model rule skips it (a one-row parameter named after the embedding or the LM head); it
+    exports as `score.weight`."""
+
+    has_vp_stage = True  # megatron-core's spec builders take vp_stage (mbridge probes it in the hook replaced)
+
+    def __init__(self, hf_config, dtype: torch.dtype, *, use_transformer_engine: bool, value_head: bool,
+                 hf_path: str):
+        self.use_transformer_engine = use_transformer_engine
+        self.value_head = value_head
+        self.hf_path = hf_path
+        tied = getattr(hf_config, "tie_word_embeddings", False)
+        self.output_layer_source = EMBEDDING if tied or value_head else LM_HEAD
+        if value_head:
+            hf_config.tie_word_embeddings = False
+        super().__init__(hf_config, dtype=dtype)
+
+    @property
+    def tied(self) -> bool:
+        return getattr(self.hf_config, "tie_word_embeddings", False)
+
+    def _adjust_mapping_for_shared_weights(self):
+        # The names come from hf_names; mbridge's Qwen2 hook would retarget output_layer in its class's
+        # mapping, which every later instance shares.
+        pass
+
+    def _get_transformer_layer_spec(self, vp_stage: int | None = None):
+        return layer_spec(self.config, self.use_transformer_engine, vp_stage)
+
+    def _weight_name_mapping_mcore_to_hf(self, mcore_weights_name: str) -> list[str]:
+        return list(hf_names(mcore_weights_name, self.output_layer_source).names)
+
+    def _weight_to_hf_format(self, mcore_weights_name: str, mcore_weights: torch.Tensor):
+        if mcore_weights_name == OUTPUT_LAYER and self.tied:
+            return [], []
+        if mcore_weights_name == OUTPUT_LAYER and self.value_head:
+            return [VALUE_HEAD_NAME], [mcore_weights]
+        return super()._weight_to_hf_format(mcore_weights_name, mcore_weights)
+
+    def _get_safetensor_io(self, weights_path: str):
+        return _UniqueNamesSafeTensorIO(self._get_actual_hf_path(weights_path))
+
+
+class Qwen2(MegarlBridge, Qwen2Bridge):
+    """Qwen2 and Qwen2.5: QKV bias."""
+
+
+class Qwen3(MegarlBridge, Qwen3Bridge):
+    """Qwen3: QK norms."""
+
+
+class Llama(MegarlBridge, LLaMABridge):
+    """Llama: QKV bias as its config says, RoPE scaling."""
+
+
+BRIDGES = {"qwen2": Qwen2, "qwen3": Qwen3, "llama": Llama}
 
 
 def make_bridge(hf_path: str | Path, dtype: torch.dtype, use_transformer_engine: bool | None = None,
-                value_head: bool = False, **config_args):
-    """An mbridge Bridge for the checkpoint at `hf_path`, building models with megarl's layer spec.
+                value_head: bool = False, **config_args) -> MegarlBridge:
+    """A bridge for the checkpoint at `hf_path`, building models with megarl's layer spec (see MegarlBridge).
 
     `use_transformer_engine` defaults to whether TE is importable. `config_args` override megatron
-    TransformerConfig fields (e.g. recompute_granularity). With `value_head` the model is built untied (the
-    scalar head is its own weight; a tied last pipeline stage would reduce its gradient with the embedding's);
-    while loading, the head maps to the embedding so mbridge's value-model rule skips it, and it exports as
-    `score.weight` (see `name_value_head_for_export`)."""
+    TransformerConfig fields (e.g. recompute_granularity)."""
     use_te = transformer_engine_available() if use_transformer_engine is None else use_transformer_engine
     hf_config = load_hf_config(hf_path)
-    tied = getattr(hf_config, "tie_word_embeddings", False)
-    bridge = AutoBridge.from_config(hf_config, dtype=dtype)
+    family = BRIDGES.get(hf_config.model_type)
+    if family is None:
+        raise ValueError(f"{hf_path}: model_type {hf_config.model_type!r}; megarl converts {sorted(BRIDGES)}")
+    bridge = family(hf_config, dtype, use_transformer_engine=use_te, value_head=value_head, hf_path=str(hf_path))
     extra = dict(config_args)
     if not use_te:
         extra = {**LOCAL_SPEC_ARGS, **extra}
@@ -82,50 +155,10 @@ def make_bridge(hf_path: str | Path, dtype: torch.dtype, use_transformer_engine:
     else:
         extra.setdefault("use_cpu_initialization", True)
     bridge.set_extra_args(**extra)
-    bridge._get_transformer_layer_spec = lambda vp_stage=None: layer_spec(bridge.config, use_te, vp_stage)
-    # mbridge retargets output_layer on the class when a tied model is built; pin it per instance.
-    bridge._DIRECT_MAPPING = {
-        **bridge._DIRECT_MAPPING,
-        "output_layer.weight": "model.embed_tokens.weight" if tied or value_head else "lm_head.weight",
-    }
-    if value_head:
-        hf_config.tie_word_embeddings = False
-        _deduplicate_loaded_names(bridge)
-    if not use_te:
-        bridge._OTHER_MAPPING = {
-            **bridge._OTHER_MAPPING,
-            "input_layernorm.weight": ["model.layers.{layer_number}.input_layernorm.weight"],
-        }
-        bridge._MLP_MAPPING = {
-            "pre_mlp_layernorm.weight": ["model.layers.{layer_number}.post_attention_layernorm.weight"],
-            **bridge._MLP_MAPPING,
-        }
-    bridge.hf_path = str(hf_path)
     return bridge
 
 
-def _deduplicate_loaded_names(bridge) -> None:
-    # The head and the embedding both name model.embed_tokens.weight; mbridge's reader counts duplicates.
-    make_reader = bridge._get_safetensor_io
-
-    def reader(path):
-        io = make_reader(path)
-        load_some = io.load_some_hf_weight
-        io.load_some_hf_weight = lambda names: load_some(list(dict.fromkeys(names)))
-        return io
-
-    bridge._get_safetensor_io = reader
-
-
-def name_value_head_for_export(bridge) -> None:
-    bridge._DIRECT_MAPPING = {**bridge._DIRECT_MAPPING, "output_layer.weight": VALUE_HEAD_NAME}
-
-
-def export_hf_weights(bridge, models) -> Iterator[tuple[str, torch.Tensor]]:
+def export_hf_weights(bridge: MegarlBridge, models) -> Iterator[tuple[str, torch.Tensor]]:
     """Stream (HF name, tensor) one tensor at a time; every rank of the model-parallel group takes part,
-    so every rank must iterate it to the end. A tied lm_head is not repeated."""
-    tied = getattr(bridge.hf_config, "tie_word_embeddings", False)
-    for name, tensor in bridge.export_weights(models):
-        if tied and name == "lm_head.weight":
-            continue
-        yield name, tensor
+    so every rank must iterate it to the end."""
+    yield from bridge.export_weights(models)

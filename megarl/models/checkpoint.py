@@ -42,40 +42,40 @@ class CheckpointError(ValueError):
     """A checkpoint cannot be loaded into this model; the message says why and what to change."""
 
 
-def save_model_checkpoint(role, directory: str | Path) -> None:
+def save_model_checkpoint(model, directory: str | Path) -> None:
     """The weights only. Every rank calls this; each writes its own shards."""
     directory = Path(directory)
-    _prepare(role, directory, ("model",))
-    dist_checkpointing.save(_model_state(role), str(directory / "model"))
+    _prepare(model, directory, ("model",))
+    dist_checkpointing.save(_model_state(model), str(directory / "model"))
     dist.barrier()
 
 
-def save_training_checkpoint(role, directory: str | Path) -> None:
+def save_training_checkpoint(model, directory: str | Path) -> None:
     """Weights, optimizer, LR scheduler and every rank's RNG states: all a role needs to continue training exactly.
     Every rank calls this; each writes its own shards and RNG file."""
     directory = Path(directory)
     states = rng.capture()
-    _prepare(role, directory, ("model", "optimizer", "rng"))
-    dist_checkpointing.save(_model_state(role), str(directory / "model"))
-    dist_checkpointing.save(_optimizer_state(role, is_loading=False), str(directory / "optimizer"))
+    _prepare(model, directory, ("model", "optimizer", "rng"))
+    dist_checkpointing.save(_model_state(model), str(directory / "model"))
+    dist_checkpointing.save(_optimizer_state(model, is_loading=False), str(directory / "optimizer"))
     (directory / "rng" / f"rank_{dist.get_rank():05d}.json").write_text(json.dumps(states))
     dist.barrier()
 
 
-def load_model_checkpoint(role, directory: str | Path) -> None:
-    """Load weights saved by either save (in any layout) into `role`'s model; the optimizer's own fp32 copies are
+def load_model_checkpoint(model, directory: str | Path) -> None:
+    """Load weights saved by either save (in any layout) into `model` (a RoleModel); the optimizer's own fp32 copies are
     refreshed so the next step starts from the loaded weights."""
-    _load_model(role, Path(directory))
-    if role.optimizer is not None:
-        role.optimizer.reload_model_params()
+    _load_model(model, Path(directory))
+    if model.optimizer is not None:
+        model.optimizer.reload_model_params()
 
 
-def load_training_checkpoint(role, directory: str | Path) -> None:
-    """Restore what `save_training_checkpoint` wrote into a freshly built trained role."""
+def load_training_checkpoint(model, directory: str | Path) -> None:
+    """Restore what `save_training_checkpoint` wrote into a freshly built trained model."""
     directory = Path(directory)
     saved = _read_role(directory)
-    if saved["role"] != role.role:
-        raise CheckpointError(f"{directory} holds a {saved['role']} checkpoint, not a {role.role} one")
+    if saved["role"] != model.name:
+        raise CheckpointError(f"{directory} holds a {saved['role']} checkpoint, not a {model.name} one")
     if not (directory / "optimizer").is_dir():
         raise CheckpointError(f"{directory} holds weights only (no optimizer/): it can be exported or trained from "
                               "as a model, not resumed")
@@ -84,15 +84,15 @@ def load_training_checkpoint(role, directory: str | Path) -> None:
         raise CheckpointError(
             f"{directory} was saved with parallel sizes {layout}; its optimizer state loads only into the same "
             f"tensor, pipeline and context-parallel sizes (the data-parallel size may change), this run has {here}. "
-            f"Set {role.role}.megatron.* to the saved sizes to resume"
+            f"Set {model.name}.megatron.* to the saved sizes to resume"
         )
-    _load_model(role, directory)
-    _allocate_optimizer_state(role.optimizer)
-    state = dist_checkpointing.load(_optimizer_state(role, is_loading=True), str(directory / "optimizer"))
+    _load_model(model, directory)
+    _allocate_optimizer_state(model.optimizer)
+    state = dist_checkpointing.load(_optimizer_state(model, is_loading=True), str(directory / "optimizer"))
     with torch.no_grad():  # fp32 training: the optimizer's main parameters are views of the model's
-        role.optimizer.load_state_dict(state["optimizer"])
-    _restore_adam_steps(role.optimizer)
-    role.scheduler.load_state_dict(state["scheduler"])
+        model.optimizer.load_state_dict(state["optimizer"])
+    _restore_adam_steps(model.optimizer)
+    model.scheduler.load_state_dict(state["scheduler"])
     rank_file = directory / "rng" / f"rank_{dist.get_rank():05d}.json"
     if saved.get("world_size") == dist.get_world_size() and rank_file.is_file():
         rng.restore(json.loads(rank_file.read_text()))
@@ -127,38 +127,38 @@ def _layout() -> dict[str, int]:
             "data": parallel_state.get_data_parallel_world_size()}
 
 
-def _prepare(role, directory: Path, parts: tuple[str, ...]) -> None:
+def _prepare(model, directory: Path, parts: tuple[str, ...]) -> None:
     """Rank 0 lays out the directory; no rank writes before it has (a trainer prepares the parent first, on
     rank 0 under torchrun, so the barrier orders that too)."""
     if dist.get_rank() == 0:
         for part in parts:
             (directory / part).mkdir(parents=True, exist_ok=True)
-        copy_hf_metadata(role.bridge.hf_path, directory / "hf")
-        meta = {"role": role.role, "layout": _layout(), "world_size": dist.get_world_size()}
+        copy_hf_metadata(model.bridge.hf_path, directory / "hf")
+        meta = {"role": model.name, "layout": _layout(), "world_size": dist.get_world_size()}
         (directory / "role.json").write_text(json.dumps(meta))
     dist.barrier()
 
 
-def _model_state(role) -> dict:
+def _model_state(model) -> dict:
     """A fresh sharded state dict each time: saving and loading rewrite the one they are given."""
-    if len(role.model) != 1:
+    if len(model.chunks) != 1:
         raise NotImplementedError("virtual pipeline stages are not supported by model checkpoints yet")
-    return unwrap_model(role.model[0]).sharded_state_dict()
+    return unwrap_model(model.chunks[0]).sharded_state_dict()
 
 
-def _optimizer_state(role, is_loading: bool) -> dict:
-    optimizer = role.optimizer.sharded_state_dict(_model_state(role), is_loading=is_loading,
+def _optimizer_state(model, is_loading: bool) -> dict:
+    optimizer = model.optimizer.sharded_state_dict(_model_state(model), is_loading=is_loading,
                                                   metadata=OPTIMIZER_FORMAT)
-    return {"optimizer": optimizer, "scheduler": role.scheduler.state_dict()}
+    return {"optimizer": optimizer, "scheduler": model.scheduler.state_dict()}
 
 
-def _load_model(role, directory: Path) -> None:
+def _load_model(model, directory: Path) -> None:
     model_dir = directory / "model"
     if not model_dir.is_dir():
         raise FileNotFoundError(f"{directory} is not a megarl model checkpoint (no model/ directory)")
-    _check_shapes(_model_state(role), model_dir, role.bridge.hf_path)
-    state = dist_checkpointing.load(_model_state(role), str(model_dir))
-    unwrap_model(role.model[0]).load_state_dict(state, strict=False)
+    _check_shapes(_model_state(model), model_dir, model.bridge.hf_path)
+    state = dist_checkpointing.load(_model_state(model), str(model_dir))
+    unwrap_model(model.chunks[0]).load_state_dict(state, strict=False)
 
 
 def _check_shapes(sharded: dict, model_dir: Path, hf_path) -> None:

@@ -62,9 +62,9 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, tp: int = 1, pp: 
     topology.init_model_parallel(tp=tp, pp=pp)
     megatron = MegatronConfig(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
     hf_dir = Path(checkpoint) / "hf"
-    role = build_frozen(hf_dir, megatron, bf16=torch.cuda.is_available(), value_head=role_name == "critic")
-    load_model_checkpoint(role, checkpoint)
-    tensors = role.export_hf()
+    model = build_frozen(hf_dir, megatron, bf16=torch.cuda.is_available(), value_head=role_name == "critic")
+    load_model_checkpoint(model, checkpoint)
+    tensors = model.export_hf()
     if dist.get_rank() == 0:
         write_hf_checkpoint(tensors, out)
         copy_hf_metadata(hf_dir, out)

@@ -11,18 +11,9 @@ from megatron.core import parallel_state
 from megatron.core.pipeline_parallel import get_forward_backward_func
 
 from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
-from megarl.models.packing import PackedBatch, pack_sequences
+from megarl.models.packing import PackedBatch, pack_micro_batches
 
 PerToken = Callable[[torch.Tensor, PackedBatch], dict[str, torch.Tensor]]
-
-
-def _cp() -> tuple[int, int]:
-    return parallel_state.get_context_parallel_world_size(), parallel_state.get_context_parallel_rank()
-
-
-def pack_micro_batches(sequences: Sequence, micro_batches: Sequence[Sequence[int]], device=None) -> list[PackedBatch]:
-    cp_size, cp_rank = _cp()
-    return [pack_sequences([sequences[i] for i in mb], cp_size, cp_rank, device=device) for mb in micro_batches]
 
 
 def run_schedule(model: list, batches: list[PackedBatch], on_output: Callable, forward_only: bool) -> list:

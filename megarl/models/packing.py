@@ -12,8 +12,10 @@ cost a GPU→host synchronisation in every layer.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import torch
+from megatron.core import parallel_state
 from megatron.core.packed_seq_params import PackedSeqParams
 
 from megarl.models.accelerators import transformer_engine_available
@@ -125,6 +127,33 @@ def pack_sequences(
         cp_rank=cp_rank,
         token_fields={name: torch.cat(parts).unsqueeze(0) for name, parts in field_parts.items()},
     )
+
+
+def pack_micro_batches(sequences: Sequence, groups: Sequence[Sequence[int]], device=None,
+                       token_fields: dict[str, list[torch.Tensor]] | None = None) -> list[PackedBatch]:
+    """One packed batch per group of sample indices, holding this rank's context-parallel part of megatron's mesh;
+    `token_fields` as `pack_sequences` takes them, one tensor per sample of `sequences`."""
+    cp_size, cp_rank = parallel_state.get_context_parallel_world_size(), parallel_state.get_context_parallel_rank()
+    fields = token_fields or {}
+    return [pack_sequences([sequences[i] for i in group], cp_size, cp_rank, device,
+                           {name: [values[i] for i in group] for name, values in fields.items()})
+            for group in groups]
+
+
+@dataclass(frozen=True)
+class MicroBatching:
+    """How a role splits its rank's samples into micro-batches: `per_gpu` samples at a time, or (`dynamic`, verl's
+    use_dynamic_bsz) by a budget of `max_tokens` tokens."""
+
+    dynamic: bool
+    per_gpu: int
+    max_tokens: int
+
+    def split(self, lengths: list[int]) -> list[list[int]]:
+        """Sample indices per micro-batch, for samples of these lengths."""
+        if self.dynamic:
+            return token_budget_micro_batches(lengths, self.max_tokens)
+        return [list(range(i, min(i + self.per_gpu, len(lengths)))) for i in range(0, len(lengths), self.per_gpu)]
 
 
 def token_budget_micro_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:

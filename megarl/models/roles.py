@@ -8,6 +8,7 @@ full copy of the weights in GPU memory while generation and training run.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import torch
@@ -20,7 +21,6 @@ from megarl.models.bridge import (
     VALUE_HEAD_NAME,
     export_hf_weights,
     make_bridge,
-    name_value_head_for_export,
     read_hf_tensors,
 )
 from megarl.models.forward import compute_logprobs, compute_values
@@ -29,9 +29,9 @@ from megarl.models.training import build_optimizer, train_step
 
 @dataclass
 class RoleModel:
-    role: str
+    name: str  # actor | critic | reference
     bridge: object
-    model: list  # megatron model chunks (DDP-wrapped when trained)
+    chunks: list  # megatron model chunks (DDP-wrapped when trained)
     optimizer: object = None
     scheduler: object = None
     on_device: bool = True
@@ -41,33 +41,49 @@ class RoleModel:
         return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
 
     def logprobs(self, sequences, micro_batches, temperature=1.0, with_entropy=False):
-        return compute_logprobs(self.model, sequences, micro_batches, temperature, with_entropy, device=self.device)
+        return compute_logprobs(self.chunks, sequences, micro_batches, temperature, with_entropy, device=self.device)
 
     def values(self, sequences, micro_batches):
-        return compute_values(self.model, sequences, micro_batches, device=self.device)
+        return compute_values(self.chunks, sequences, micro_batches, device=self.device)
 
     def train_step(self, batches, loss_fn) -> dict[str, float]:
         if self.optimizer is None:
-            raise RuntimeError(f"the {self.role} is not trained")
-        return train_step(self.model, self.optimizer, self.scheduler, batches, loss_fn)
+            raise RuntimeError(f"the {self.name} is not trained")
+        return train_step(self.chunks, self.optimizer, self.scheduler, batches, loss_fn)
+
+    def named_parameters(self) -> list[tuple[str, torch.Tensor]]:
+        """This rank's parameters (detached), named as megatron names them but with global layer numbers (megatron
+        numbers a pipeline stage's layers from 0): the names `megarl.models.to_hf.megatron_to_hf` converts."""
+        named = []
+        for chunk in self.chunks:
+            module = unwrap_model(chunk)
+            layers = getattr(getattr(module, "decoder", None), "layers", [])
+            global_index = {str(i): str(layer.layer_number - 1) for i, layer in enumerate(layers)}
+            for name, param in module.named_parameters():
+                name = _LAYER.sub(lambda m: f"decoder.layers.{global_index[m.group(1)]}.", name)
+                named.append((name, param.detach()))
+        return named
 
     def export_hf(self):
         """Stream (HF name, tensor); every rank of the model-parallel group must iterate it to the end."""
-        return export_hf_weights(self.bridge, self.model)
+        return export_hf_weights(self.bridge, self.chunks)
 
     def offload(self) -> None:
         """Move weights to (pinned) host memory; a no-op on CPU machines."""
         if self.on_device and torch.cuda.is_available():
-            for tensor in _weights(self.model):
+            for tensor in _weights(self.chunks):
                 tensor.data = tensor.data.to("cpu").pin_memory()
         self.on_device = False
 
     def onload(self) -> None:
         if not self.on_device and torch.cuda.is_available():
-            for tensor in _weights(self.model):
+            for tensor in _weights(self.chunks):
                 tensor.data = tensor.data.to(self.device, non_blocking=True)
             torch.cuda.synchronize()
         self.on_device = True
+
+
+_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
 
 
 def _weights(model: list):
@@ -123,15 +139,12 @@ def build_critic(hf_path, megatron: MegatronConfig, optim: OptimConfig, total_st
             head = torch.randn(layer.weight.shape, generator=generator) / layer.weight.shape[1] ** 0.5
         with torch.no_grad():
             layer.weight.copy_(head.to(layer.weight.dtype))
-    name_value_head_for_export(bridge)
     return RoleModel("critic", bridge, model, *_optimizer(model, optim, megatron, total_steps, bf16))
 
 
 def build_frozen(hf_path, megatron: MegatronConfig, bf16: bool = False, value_head: bool = False) -> RoleModel:
     """An untrained model skeleton of the checkpoint's architecture, for loading a megarl checkpoint into."""
     bridge, model = _build(hf_path, megatron, trainable=False, value_head=value_head, bf16=bf16, load_weights=False)
-    if value_head:
-        name_value_head_for_export(bridge)
     return RoleModel("critic" if value_head else "actor", bridge, model)
 
 

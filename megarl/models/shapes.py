@@ -1,5 +1,6 @@
 """Architectures of the models the recipes use, as HF config values, and random-weight HF checkpoints of
-them: nothing can be downloaded on our machines, so tests and benchmarks build these locally."""
+them: nothing can be downloaded on our machines, so tests and benchmarks build these locally. Also the one
+check that a tensor-parallel size splits a model's attention heads, for the config validators and the engines."""
 
 from __future__ import annotations
 
@@ -48,6 +49,17 @@ def parameter_count(shape: str) -> int:
     layer = attention + mlp + 2 * c["hidden_size"]
     embeddings = c["vocab_size"] * c["hidden_size"] * (1 if c["tie_word_embeddings"] else 2)
     return c["num_hidden_layers"] * layer + embeddings + c["hidden_size"]
+
+
+def heads_split_problem(tp: int, kv_heads: int, heads: int | None = None) -> str | None:
+    """Why tensor-parallel size `tp` cannot give every rank whole key/value heads (and whole attention heads,
+    when `heads` is known), as words that follow the setting's name, e.g. "must divide the model's 14 attention
+    heads and 2 key/value heads"; None when it can (or when `tp` < 1, which the size checks report)."""
+    counts = [heads, kv_heads] if heads else [kv_heads]
+    if tp < 1 or all(n % tp == 0 for n in counts):
+        return None
+    named = f"{heads} attention heads and {kv_heads} key/value heads" if heads else f"{kv_heads} key/value heads"
+    return f"must divide the model's {named}"
 
 
 def hf_config(shape: str, **overrides):

@@ -1,21 +1,34 @@
-"""The transformer layer spec: Transformer Engine's when it is importable, else megatron-core's local spec
-with the core attention swapped for SDPAttention (a submodule swap, not a fork of the layer)."""
+"""The layer specs of one pipeline stage: Transformer Engine's when it is importable, else megatron-core's local
+spec with the core attention swapped for SDPAttention (a submodule swap, not a fork of the layer).
+
+Both come from megatron-core's `get_gpt_decoder_block_spec`, so both slice the layers per pipeline stage (and
+virtual stage) the same way.
+"""
 
 from __future__ import annotations
 
-from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec, get_gpt_layer_local_spec
+from dataclasses import replace
+
+from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
 from megatron.core.transformer.spec_utils import ModuleSpec
+from megatron.core.transformer.torch_norm import WrappedTorchNorm
+from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
 
 from megarl.models.attention import SDPAttention
 
 
-def local_layer_spec(qk_layernorm: bool) -> ModuleSpec:
-    spec = get_gpt_layer_local_spec(qk_layernorm=qk_layernorm, normalization="RMSNorm")
-    spec.submodules.self_attention.submodules.core_attention = SDPAttention
-    return spec
-
-
-def layer_spec(config, use_transformer_engine: bool, vp_stage: int | None = None):
+def layer_spec(config, use_transformer_engine: bool, vp_stage: int | None = None) -> TransformerBlockSubmodules:
     if use_transformer_engine:
         return get_gpt_decoder_block_spec(config, use_transformer_engine=True, vp_stage=vp_stage)
-    return local_layer_spec(config.qk_layernorm)
+    block = get_gpt_decoder_block_spec(
+        config, use_transformer_engine=False, normalization=config.normalization, vp_stage=vp_stage
+    )
+    # The final norm is the layers' own (torch RMSNorm): the block spec would pick Apex's FusedLayerNorm where
+    # Apex is installed, and that one is LayerNorm only.
+    return replace(block, layer_specs=[_with_sdpa(layer) for layer in block.layer_specs], layer_norm=WrappedTorchNorm)
+
+
+def _with_sdpa(layer: ModuleSpec) -> ModuleSpec:
+    attention = layer.submodules.self_attention
+    attention = replace(attention, submodules=replace(attention.submodules, core_attention=SDPAttention))
+    return replace(layer, submodules=replace(layer.submodules, self_attention=attention))

@@ -1,6 +1,6 @@
 """The rollout interface every backend implements, and what it returns.
 
-An engine spans one rollout tensor-parallel group of GPUs (`parallel.reshard.engine_slots`); every rank of the
+An engine spans one rollout tensor-parallel group of GPUs (`parallel.engines.engine_slots`); every rank of the
 group holds the engine object, the group's first rank (the owner) generates. Weights come in through
 `load_weights`, fed bucket by bucket by the reshard layer on every rank of the group. Between generations
 the engine's memory is released (`release_memory`) so training has the GPU; before the next generation the
@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from megarl.registry import Registry
+
+if TYPE_CHECKING:  # the config's validator imports this registry
+    from megarl.config.schema import RolloutConfig
 
 ROLLOUT_BACKENDS: Registry[type] = Registry("rollout backend")
 
@@ -98,10 +101,11 @@ class RolloutEngine(ABC):
 
     @classmethod
     @abstractmethod
-    def from_config(cls, cfg, *, engine_ranks: Sequence[int], group, local_devices: Sequence[int], hf_config,
-                    seed: int) -> RolloutEngine:
-        """The engine of the recipe `cfg` on `engine_ranks` (training ranks, engine-rank order; `local_devices`:
-        their CUDA device indices), `group` being a gloo group of those ranks (None for one)."""
+    def from_config(cls, rollout: RolloutConfig, model_path: str, *, engine_ranks: Sequence[int], group,
+                    local_devices: Sequence[int], hf_config, seed: int) -> RolloutEngine:
+        """The engine of the recipe's `rollout` section serving the model at `model_path`, on `engine_ranks`
+        (training ranks, engine-rank order; `local_devices`: their CUDA device indices), `group` being a gloo
+        group of those ranks (None for one)."""
 
     @property
     @abstractmethod

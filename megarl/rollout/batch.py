@@ -2,9 +2,8 @@
 
 A prompt batch carries `prompt_ids` (token lists) and the dataset's fields, plus a `uid` per prompt. After
 generation each prompt appears `n` times in a row (its group, for GRPO-style estimators) with `responses`
-[B, R] (right-padded), `response_mask` [B, R] and `rollout_log_probs` [B, R], and `finish_reason`.
-Model passes take the unpadded `sequences` (prompt + response) and return per-token values that
-`response_values` lays out like `responses`.
+[B, R] (right-padded), `response_mask` [B, R] and `rollout_log_probs` [B, R], and `finish_reason`. Training-side
+columns (the model passes' inputs and outputs) are megarl/workers/columns.py's.
 """
 
 from __future__ import annotations
@@ -48,21 +47,3 @@ def with_responses(prompts: Batch, responses: Sequence[Sequence[Response]], widt
     columns = Batch({"responses": tokens, "response_mask": mask, "rollout_log_probs": logprobs},
                     {"finish_reason": [r.finish_reason for r in flat]})
     return prompts.repeat(n.pop()).union(columns)
-
-
-def sequences(batch: Batch) -> list[torch.Tensor]:
-    """Each sample's prompt + response tokens, unpadded."""
-    lengths = batch["response_mask"].sum(dim=1).long().tolist()
-    return [torch.cat([torch.as_tensor(prompt, dtype=torch.long), response[:length]])
-            for prompt, response, length in zip(batch["prompt_ids"], batch["responses"], lengths)]
-
-
-def response_values(batch: Batch, per_sequence: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Per-sequence values of a model pass (position t: about token t + 1, as `compute_logprobs` returns them)
-    → [B, R] aligned with `responses`, zero past each response's end."""
-    out = torch.zeros_like(batch["response_mask"])
-    lengths = batch["response_mask"].sum(dim=1).long().tolist()
-    for i, (prompt, values, length) in enumerate(zip(batch["prompt_ids"], per_sequence, lengths)):
-        start = len(prompt) - 1
-        out[i, :length] = values[start : start + length].float().cpu()
-    return out

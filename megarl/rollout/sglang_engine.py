@@ -2,7 +2,7 @@
 trainer on the same GPUs.
 
 The group's first rank owns the engine; its scheduler processes run on the group's GPUs (`base_gpu_id` and
-`gpu_id_step` follow `parallel.reshard.engine_slots`, so engine rank j is the GPU whose training shards make its
+`gpu_id_step` follow `parallel.engines.engine_slots`, so engine rank j is the GPU whose training shards make its
 slice). Weights arrive in SGLang's own per-rank parameter layout (`load_format="direct"`): each rank converts
 its slice (q/k/v fused into `qkv_proj`, gate/up into `gate_up_proj`) and hands the engine a CUDA IPC handle,
 so the scheduler on the same GPU reads the tensor in place; only the handles travel, over the group's gloo
@@ -18,6 +18,7 @@ from typing import Any, Sequence
 import torch
 import torch.distributed as dist
 
+from megarl.models.shapes import heads_split_problem
 from megarl.rollout.base import KV_CACHE, MEMORY_TAGS, ROLLOUT_BACKENDS, Response, RolloutEngine, SamplingParams
 
 SGLANG_VOCAB_PADDING = 64  # SGLang pads the vocabulary to this multiple before splitting it over TP ranks
@@ -63,9 +64,9 @@ class SGLangEngine(RolloutEngine):
         if vocab_size % SGLANG_VOCAB_PADDING:
             raise ValueError(f"vocab size {vocab_size} is not a multiple of {SGLANG_VOCAB_PADDING}: SGLang's "
                              "vocabulary shards would not line up with the trainer's")
-        if num_kv_heads % tp:
-            raise ValueError(f"rollout TP {tp} must divide the model's {num_kv_heads} key/value heads: SGLang would "
-                             "replicate heads where the reshard layer splits them")
+        if problem := heads_split_problem(tp, num_kv_heads):
+            raise ValueError(f"rollout TP {tp} {problem}: SGLang would replicate heads where the reshard layer "
+                             "splits them")
         steps = {b - a for a, b in zip(local_devices, local_devices[1:])}
         if len(steps) > 1 or (steps and steps.pop() <= 0):
             raise ValueError(f"an engine's GPUs must be evenly spaced and increasing, got {list(local_devices)}")
@@ -93,13 +94,14 @@ class SGLangEngine(RolloutEngine):
             self.deterministic = bool(args.get("enable_deterministic_inference", False))
 
     @classmethod
-    def from_config(cls, cfg, *, engine_ranks, group, local_devices, hf_config, seed) -> SGLangEngine:
+    def from_config(cls, rollout, model_path, *, engine_ranks, group, local_devices, hf_config,
+                    seed) -> SGLangEngine:
         """Engine arguments from the recipe: `rollout.gpu_memory_utilization` is SGLang's mem_fraction_static,
         `rollout.engine_kwargs` pass through (attention_backend, cuda_graph_max_bs_decode, ...)."""
-        return cls(cfg.model.path, engine_ranks=engine_ranks, local_devices=local_devices, group=group,
+        return cls(model_path, engine_ranks=engine_ranks, local_devices=local_devices, group=group,
                    vocab_size=hf_config.vocab_size, num_kv_heads=hf_config.num_key_value_heads,
-                   mem_fraction_static=cfg.rollout.gpu_memory_utilization, seed=seed,
-                   engine_kwargs=dict(cfg.rollout.engine_kwargs))
+                   mem_fraction_static=rollout.gpu_memory_utilization, seed=seed,
+                   engine_kwargs=dict(rollout.engine_kwargs))
 
     @property
     def is_owner(self) -> bool:

@@ -29,9 +29,10 @@ class TransformersEngine(RolloutEngine):
             self.shapes = {name: (p.shape, p.dtype) for name, p in self.model.named_parameters()}
 
     @classmethod
-    def from_config(cls, cfg, *, engine_ranks, group, local_devices, hf_config, seed) -> TransformersEngine:
+    def from_config(cls, rollout, model_path, *, engine_ranks, group, local_devices, hf_config,
+                    seed) -> TransformersEngine:
         cuda = torch.cuda.is_available()
-        return cls(cfg.model.path, engine_ranks=engine_ranks, group=group,
+        return cls(model_path, engine_ranks=engine_ranks, group=group,
                    dtype=torch.bfloat16 if cuda else torch.float32,
                    device=f"cuda:{local_devices[0]}" if cuda else "cpu")
 

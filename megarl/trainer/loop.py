@@ -1,17 +1,18 @@
 """The RL loop, written once against the controller (it runs the same under Ray and under torchrun).
 
-One step: generate `rollout.n` responses per prompt → score → old log-probs (and the engine/trainer log-prob
-gate) → reference log-probs → values → rewards (KL penalty) → advantages → critic update → actor update →
-weight sync → a checkpoint every `trainer.save_freq` steps (megarl/trainer/checkpoint.py, which also resumes);
-validation before the first step, every `trainer.test_freq` steps and after the last.
+`train` sets a run up and steps it: validation before the first step, every `trainer.test_freq` steps and after the
+last; a checkpoint every `trainer.save_freq` steps (megarl/trainer/checkpoint.py, which also resumes). `RLStep` is
+one step as a timeline of role calls: generate → score → old log-probs (and the engine/trainer log-prob gate) →
+reference log-probs → values → rewards (KL penalty) → advantages → critic update → actor update → weight sync.
+The tensor work runs in the workers (megarl/workers); what the driver does between their calls is in stages.py.
 """
 
 from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-
-from transformers import AutoTokenizer
+from dataclasses import dataclass
+from typing import Any, Optional
 
 from megarl.algorithms import make_kl_controller
 from megarl.config.schema import MegaRLConfig
@@ -21,14 +22,15 @@ from megarl.placement import role_pools, start_workers
 from megarl.rewards.function import load_reward_function
 from megarl.rewards.scorer import RewardScorer
 from megarl.rollout.batch import prompt_batch
-from megarl.rollout.gates import check_logprob_agreement, logprob_agreement
+from megarl.trainer import stages
 from megarl.trainer.checkpoint import Checkpointer, find_resume_checkpoint
 from megarl.trainer.metrics import MetricsLogger, check_loggers
 from megarl.trainer.perf import perf_metrics, summarise
-from megarl.trainer.stages import advantages, data_metrics, rewards, score
+from megarl.trainer.scaffold import endless, load_tokenizer, total_steps, validates_at
 from megarl.trainer.validation import Validator
 from megarl.workers.actor import ActorWorker
 from megarl.workers.critic import CriticWorker
+from megarl.workers.inputs import role_inputs
 from megarl.workers.reference import ReferenceWorker
 from megarl.workers.rollout import RolloutWorker
 from parallel.batch import Batch
@@ -41,90 +43,109 @@ def timed(metrics: dict, name: str):
     metrics[f"timing_s/{name}"] = time.perf_counter() - start
 
 
-def total_steps(cfg: MegaRLConfig, loader: PromptLoader) -> int:
-    return cfg.trainer.total_training_steps or len(loader) * cfg.trainer.total_epochs
+@dataclass
+class Roles:
+    """The driver's handles on the recipe's roles (controller worker groups); the critic and the reference are
+    None when the recipe runs without them."""
+
+    actor: Any
+    rollout: Any
+    critic: Optional[Any] = None
+    reference: Optional[Any] = None
+
+
+def spawn_roles(cluster, cfg: MegaRLConfig, steps: int) -> Roles:
+    """Each role on its pool, built from its typed inputs; the rollout role last, as it serves the colocated actor."""
+    inputs, pools = role_inputs(cfg, steps), role_pools(cfg)
+
+    def spawn(name: str, cls: type, role_input):
+        return cluster[pools[name]].spawn(name, cls, role_input) if role_input is not None else None
+
+    actor = spawn("actor", ActorWorker, inputs.actor)
+    reference = spawn("reference", ReferenceWorker, inputs.reference)
+    critic = spawn("critic", CriticWorker, inputs.critic)
+    return Roles(actor, spawn("rollout", RolloutWorker, inputs.rollout), critic, reference)
+
+
+class RLStep:
+    """One PPO/GRPO-family step over a batch of prompts."""
+
+    def __init__(self, roles: Roles, cfg: MegaRLConfig, scorer: RewardScorer, kl_controller):
+        self.roles, self.scorer, self.kl_controller = roles, scorer, kl_controller
+        self.algorithm, self.n, self.seed = cfg.algorithm, cfg.rollout.n, cfg.trainer.seed
+        self.max_logprob_mult_error = cfg.rollout.max_logprob_mult_error
+        self.critic_warmup = cfg.trainer.critic_warmup
+
+    def __call__(self, step: int, prompts: Batch) -> tuple[Batch, dict[str, float]]:
+        roles, metrics = self.roles, {}
+        with timed(metrics, "gen"):
+            batch = roles.rollout.generate(prompts, seed=self.seed + step)
+        if self.algorithm.adv_estimator == "remax":
+            with timed(metrics, "gen_max"):
+                batch = batch.union(stages.remax_baseline(roles.rollout, prompts, self.scorer, self.n))
+        roles.rollout.release()
+        with timed(metrics, "reward"):
+            scored, reward_metrics = stages.score(batch, self.scorer)
+            batch = batch.union(scored)
+        with timed(metrics, "old_log_prob"):
+            batch = batch.union(roles.actor.compute_log_prob(batch))
+        gate = stages.logprob_gate(batch, self.max_logprob_mult_error)
+        if roles.reference is not None:
+            with timed(metrics, "ref"):
+                batch = batch.union(roles.reference.compute_ref_log_prob(batch))
+        if roles.critic is not None:
+            with timed(metrics, "values"):
+                batch = batch.union(roles.critic.compute_values(batch))
+        with timed(metrics, "adv"):
+            rewarded, kl_metrics = stages.rewards(batch, self.algorithm, self.kl_controller)
+            batch = batch.union(rewarded)
+            batch = batch.union(stages.advantages(batch, self.algorithm))
+        if roles.critic is not None:
+            with timed(metrics, "update_critic"):
+                metrics.update(roles.critic.update_critic(batch)[0])
+        if step > self.critic_warmup:
+            with timed(metrics, "update_actor"):
+                metrics.update(roles.actor.update_actor(batch)[0])
+        with timed(metrics, "update_weights"):
+            metrics.update(roles.rollout.sync_weights())
+        return batch, {**metrics, **reward_metrics, **kl_metrics, **gate}
 
 
 def train(cfg: MegaRLConfig) -> None:
     check_loggers(cfg)
     resume_from = find_resume_checkpoint(cfg)  # before anything starts: a wrong resume path fails at once
     hf_config = load_hf_config(cfg.model.path)
-    tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path,
-                                              trust_remote_code=cfg.model.trust_remote_code)
-    dataset = RLDataset(cfg.data.train_files, tokenizer, max_prompt_length=cfg.data.max_prompt_length,
-                        prompt_key=cfg.data.prompt_key, filter_overlong_prompts=cfg.data.filter_overlong_prompts,
-                        truncation=cfg.data.truncation)
-    loader = PromptLoader(dataset, cfg.data.train_batch_size, shuffle=cfg.data.shuffle, seed=cfg.trainer.seed)
-    steps = total_steps(cfg, loader)
+    tokenizer = load_tokenizer(cfg.model)
+    data = cfg.data
+    loader = PromptLoader(RLDataset.from_config(data.train_files, tokenizer, data), data.train_batch_size,
+                          shuffle=data.shuffle, seed=cfg.trainer.seed)
+    steps = total_steps(cfg.trainer, len(loader))
     scorer = RewardScorer(tokenizer, load_reward_function(cfg.reward.function), cfg.reward.kwargs)
     kl = cfg.algorithm.kl_ctrl
     kl_controller = make_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
-    validate = Validator(cfg, tokenizer, scorer) if cfg.data.val_files else None
-    test_freq = cfg.trainer.test_freq
-    pools = role_pools(cfg)
+    validate = Validator(data, cfg.rollout.val_kwargs.n, tokenizer, scorer) if data.val_files else None
     with start_workers(cfg) as cluster:
-        actor = cluster[pools["actor"]].spawn("actor", ActorWorker, cfg, steps)
-        reference = (cluster[pools["reference"]].spawn("reference", ReferenceWorker, cfg)
-                     if cfg.use_reference else None)
-        critic = cluster[pools["critic"]].spawn("critic", CriticWorker, cfg, steps) if cfg.use_critic else None
-        rollout = cluster[pools["rollout"]].spawn("rollout", RolloutWorker, cfg)
-        checkpoints = Checkpointer(cfg, cluster.is_driver, {"actor": actor, "critic": critic},
+        roles = spawn_roles(cluster, cfg, steps)
+        checkpoints = Checkpointer(cfg, cluster.is_driver, {"actor": roles.actor, "critic": roles.critic},
                                    {"loader": loader, "kl_controller": kl_controller})
         start = checkpoints.load(resume_from)
+        rl_step = RLStep(roles, cfg, scorer, kl_controller)
         with MetricsLogger(cfg, steps, cluster.is_driver, start_step=start) as logger:
-            rollout.sync_weights()  # after the load: the engine serves the restored actor
+            roles.rollout.sync_weights()  # after the load: the engine serves the restored actor
             if validate and cfg.trainer.val_before_train and start == 0:
-                logger.log(0, validate(rollout))
-            data = iter(_forever(loader))
+                logger.log(0, validate(roles.rollout))
+            batches = endless(loader)
             for step in range(start + 1, steps + 1):
                 metrics: dict[str, float] = {}
                 with timed(metrics, "step"):
-                    prompts = prompt_batch(next(data), first_uid=step * cfg.data.train_batch_size)
-                    with timed(metrics, "gen"):
-                        batch = rollout.generate(prompts, seed=cfg.trainer.seed + step)
-                    if cfg.algorithm.adv_estimator == "remax":  # the greedy response's score is the baseline
-                        with timed(metrics, "gen_max"):
-                            greedy, _ = score(rollout.generate(prompts, greedy=True), scorer)
-                            baseline = greedy["token_level_scores"].sum(-1).repeat_interleave(cfg.rollout.n)
-                            batch = batch.union(Batch({"reward_baselines": baseline}))
-                    rollout.release()
-                    with timed(metrics, "reward"):
-                        scored, reward_metrics = score(batch, scorer)
-                        batch = batch.union(scored)
-                    with timed(metrics, "old_log_prob"):
-                        batch = batch.union(actor.compute_log_prob(batch))
-                    gate = logprob_agreement(batch["rollout_log_probs"], batch["old_log_probs"], batch["response_mask"])
-                    if cfg.rollout.max_logprob_mult_error is not None:
-                        check_logprob_agreement(gate, cfg.rollout.max_logprob_mult_error)
-                    if reference is not None:
-                        with timed(metrics, "ref"):
-                            batch = batch.union(reference.compute_ref_log_prob(batch))
-                    if critic is not None:
-                        with timed(metrics, "values"):
-                            batch = batch.union(critic.compute_values(batch))
-                    with timed(metrics, "adv"):
-                        rewarded, kl_metrics = rewards(batch, cfg.algorithm, kl_controller)
-                        batch = batch.union(rewarded)
-                        batch = batch.union(advantages(batch, cfg.algorithm))
-                    if critic is not None:
-                        with timed(metrics, "update_critic"):
-                            metrics.update(critic.update_critic(batch)[0])
-                    if step > cfg.trainer.critic_warmup:
-                        with timed(metrics, "update_actor"):
-                            metrics.update(actor.update_actor(batch)[0])
-                    with timed(metrics, "update_weights"):
-                        metrics.update(rollout.sync_weights())
-                if validate and (step == steps or test_freq > 0 and step % test_freq == 0):
+                    prompts = prompt_batch(next(batches), first_uid=step * data.train_batch_size)
+                    batch, step_metrics = rl_step(step, prompts)
+                metrics.update(step_metrics)
+                if validate and validates_at(step, steps, cfg.trainer.test_freq):
                     with timed(metrics, "testing"):
-                        metrics.update(validate(rollout))
-                metrics.update(reward_metrics, **kl_metrics, **gate,
-                               **data_metrics(batch, cfg.data.max_response_length))
+                        metrics.update(validate(roles.rollout))
+                metrics.update(stages.data_metrics(batch, data.max_response_length))
                 metrics.update(perf_metrics(batch, metrics, cfg.world_size, hf_config, cfg.actor.ppo_epochs,
-                                            summarise(actor.device_stats())))
+                                            summarise(roles.actor.device_stats())))
                 logger.log(step, metrics)
                 checkpoints.maybe_save(step, steps)
-
-
-def _forever(loader: PromptLoader):
-    while True:
-        yield from loader

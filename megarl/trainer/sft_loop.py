@@ -3,32 +3,20 @@ batches, one optimizer step each, the validation loss now and then, and the HF c
 
 from __future__ import annotations
 
-import itertools
 import time
 from pathlib import Path
 
-from transformers import AutoTokenizer
-
-from megarl.config import ConfigError
 from megarl.config.sft_schema import SFTConfig
 from megarl.data.dataset import DataError, PromptLoader
 from megarl.data.sft_dataset import SFTDataset, sft_batch
-from megarl.placement import MAIN_POOL
+from megarl.placement import MAIN_POOL, main_pool
 from megarl.trainer.metrics import MetricsLogger, check_loggers
+from megarl.trainer.scaffold import endless, load_tokenizer, total_steps, validates_at
+from megarl.workers.inputs import sft_inputs
 from megarl.workers.sft import SFTWorker
-from parallel.controller import PoolSpec, start_cluster
+from parallel.controller import start_cluster
 
 HF_DIR_NAME = "hf"
-
-
-def load_tokenizer(cfg: SFTConfig):
-    source = cfg.model.tokenizer_path or cfg.model.path
-    try:
-        return AutoTokenizer.from_pretrained(source, trust_remote_code=cfg.model.trust_remote_code)
-    except (OSError, ValueError) as e:
-        key = "model.tokenizer_path" if cfg.model.tokenizer_path else "model.path"
-        raise ConfigError(f"{key}={source}: no tokenizer could be loaded from there ({e}); point "
-                          "model.tokenizer_path at a directory with the tokenizer files") from e
 
 
 def load_dataset(cfg: SFTConfig, files: list[str], tokenizer) -> SFTDataset:
@@ -40,26 +28,24 @@ def load_dataset(cfg: SFTConfig, files: list[str], tokenizer) -> SFTDataset:
 def train_sft(cfg: SFTConfig) -> Path:
     """Train, write `{trainer.output_dir}/hf` and return its path."""
     check_loggers(cfg)
-    tokenizer = load_tokenizer(cfg)
+    tokenizer = load_tokenizer(cfg.model)
     train_set = load_dataset(cfg, cfg.data.train_files, tokenizer)
     if len(train_set) < cfg.data.train_batch_size:
         raise DataError(f"data.train_batch_size={cfg.data.train_batch_size} is more than the {len(train_set)} "
                         "samples in data.train_files: lower it")
     val_set = load_dataset(cfg, cfg.data.val_files, tokenizer) if cfg.data.val_files else None
     loader = PromptLoader(train_set, cfg.data.train_batch_size, shuffle=cfg.data.shuffle, seed=cfg.trainer.seed)
-    steps = cfg.trainer.total_training_steps or len(loader) * cfg.trainer.total_epochs
-    test_freq = cfg.trainer.test_freq
-    pool = PoolSpec(MAIN_POOL, (cfg.trainer.n_gpus_per_node,) * cfg.trainer.nnodes)
-    with start_cluster([pool], cfg.trainer.launcher, cfg.trainer.collective_timeout_s) as cluster:
-        worker = cluster[MAIN_POOL].spawn("sft", SFTWorker, cfg, steps)
+    steps = total_steps(cfg.trainer, len(loader))
+    with start_cluster([main_pool(cfg.trainer)], cfg.trainer.launcher, cfg.trainer.collective_timeout_s) as cluster:
+        worker = cluster[MAIN_POOL].spawn("sft", SFTWorker, sft_inputs(cfg, steps))
         with MetricsLogger(cfg, steps, cluster.is_driver) as logger:
-            batches = itertools.chain.from_iterable(itertools.repeat(loader))  # epoch after epoch
+            batches = endless(loader)
             for step in range(1, steps + 1):
                 start = time.perf_counter()
                 metrics = worker.train_batch(sft_batch(next(batches)))[0]
                 metrics["train/epoch"] = (step - 1) // len(loader) + 1
                 metrics["timing_s/step"] = time.perf_counter() - start
-                if val_set is not None and (step == steps or (test_freq > 0 and step % test_freq == 0)):
+                if val_set is not None and validates_at(step, steps, cfg.trainer.test_freq):
                     metrics["val/loss"] = validation_loss(worker, val_set, cfg.data.train_batch_size)
                 logger.log(step, metrics)
         # Absolute: a Ray worker's working directory need not be the driver's.

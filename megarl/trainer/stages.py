@@ -1,5 +1,6 @@
-"""The loop's driver-side stages, each a function of the step's `Batch` that returns new columns: rule or
-custom scores, KL-penalised rewards, advantages, and verl's data metrics."""
+"""The loop's driver-side stages, each a function of the step's `Batch` that returns new columns or metrics: rule or
+custom scores, ReMax's greedy baseline, the engine/trainer log-prob gate, KL-penalised rewards, advantages, and
+verl's data metrics."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import numpy as np
 from megarl.algorithms import apply_kl_penalty, compute_advantage, masked_mean
 from megarl.config.schema import AlgorithmConfig
 from megarl.rewards.scorer import RewardScorer
+from megarl.rollout.gates import check_logprob_agreement, logprob_agreement
 from parallel.batch import Batch
 
 
@@ -17,6 +19,22 @@ def score(batch: Batch, scorer: RewardScorer) -> tuple[Batch, dict[str, float]]:
     truths = [reward_model["ground_truth"] for reward_model in batch["reward_model"]]
     result = scorer(batch["responses"], batch["response_mask"], list(batch["data_source"]), truths, extra)
     return Batch({"token_level_scores": result.token_level_scores}), result.metrics
+
+
+def remax_baseline(rollout, prompts: Batch, scorer: RewardScorer, samples_per_prompt: int) -> Batch:
+    """`reward_baselines` [B]: ReMax's baseline, the score of each prompt's greedy response (from the rollout
+    role), repeated for the prompt's samples."""
+    greedy, _ = score(rollout.generate(prompts, greedy=True), scorer)
+    return Batch({"reward_baselines": greedy["token_level_scores"].sum(-1).repeat_interleave(samples_per_prompt)})
+
+
+def logprob_gate(batch: Batch, max_mult_error: float | None) -> dict[str, float]:
+    """`rollout/logprob_*`: how far the engine's log-probs are from the trainer's `old_log_probs`; raises past
+    `max_mult_error` (None: measure only)."""
+    gate = logprob_agreement(batch["rollout_log_probs"], batch["old_log_probs"], batch["response_mask"])
+    if max_mult_error is not None:
+        check_logprob_agreement(gate, max_mult_error)
+    return gate
 
 
 def rewards(batch: Batch, algorithm: AlgorithmConfig, kl_controller) -> tuple[Batch, dict[str, float]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from megarl.config.schema import MegaRLConfig
+from megarl.config.schema import DataConfig
 from megarl.data.dataset import PromptLoader, RLDataset
 from megarl.rewards.scorer import RewardScorer
 from megarl.rollout.batch import prompt_batch
@@ -16,13 +16,11 @@ VAL_UID_OFFSET = 10**12  # validation uids never collide with a training step's
 
 
 class Validator:
-    def __init__(self, cfg: MegaRLConfig, tokenizer, scorer: RewardScorer):
-        data = cfg.data
-        dataset = RLDataset(data.val_files, tokenizer, max_prompt_length=data.max_prompt_length,
-                            prompt_key=data.prompt_key, filter_overlong_prompts=data.filter_overlong_prompts,
-                            truncation=data.truncation)
+    def __init__(self, data: DataConfig, n: int, tokenizer, scorer: RewardScorer):
+        """`n`: responses per prompt (rollout.val_kwargs.n), the @n of the metric names."""
+        dataset = RLDataset.from_config(data.val_files, tokenizer, data)
         self.loader = PromptLoader(dataset, data.val_batch_size or len(dataset), shuffle=False, drop_last=False)
-        self.scorer, self.n = scorer, cfg.rollout.val_kwargs.n
+        self.scorer, self.n = scorer, n
 
     def __call__(self, rollout) -> dict[str, float]:
         """One pass over the validation set; the engines must hold the current weights."""

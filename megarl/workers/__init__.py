@@ -1,26 +1,29 @@
-"""The RL roles (and the SFT role) as controller workers (parallel.worker.Worker): what each GPU's process hosts."""
+"""The RL roles (and the SFT role) as controller workers (parallel.worker.Worker): what each GPU's process hosts.
+Each is built from its typed inputs (megarl/workers/inputs.py) and holds its megatron model as `self.model`
+(a megarl.models.roles.RoleModel)."""
 
-from megarl.config.schema import MegatronConfig
 from megarl.models.checkpoint import load_training_checkpoint, save_training_checkpoint
+from megarl.workers.inputs import ModelSource
 from parallel import topology
 from parallel.dispatch import worker_method
 from parallel.worker import Worker
 
 
-def join_mesh(megatron: MegatronConfig, seed: int) -> None:
+def join_mesh(source: ModelSource) -> None:
     """Build (or, for a role colocated with one that did, reuse) this process's megatron mesh."""
+    megatron = source.megatron
     topology.init_model_parallel(megatron.tensor_model_parallel_size, megatron.pipeline_model_parallel_size,
-                                 megatron.context_parallel_size, seed=seed)
+                                 megatron.context_parallel_size, seed=source.seed)
 
 
 class TrainedWorker(Worker):
-    """A role whose model is trained (`self.role`, a RoleModel with an optimizer): its training checkpoints."""
+    """A role whose model is trained (`self.model`, a RoleModel with an optimizer): its training checkpoints."""
 
     @worker_method()
     def save_checkpoint(self, path: str) -> None:
         """Weights, optimizer, LR scheduler and RNG states into `path` (megarl/models/checkpoint.py)."""
-        save_training_checkpoint(self.role, path)
+        save_training_checkpoint(self.model, path)
 
     @worker_method()
     def load_checkpoint(self, path: str) -> None:
-        load_training_checkpoint(self.role, path)
+        load_training_checkpoint(self.model, path)

@@ -1,50 +1,42 @@
-"""The rollout role: one engine rank per GPU, next to the actor whose weights it serves (parallel/reshard.py
-places the engines; the group's first rank generates for the prompts dispatched to its engine)."""
+"""The rollout role: one engine rank per GPU, next to the actor whose weights it serves (parallel/engines.py
+places the engines, parallel/reshard.py streams the weights; the group's first rank generates for the prompts
+dispatched to its engine)."""
 
 from __future__ import annotations
 
-import os
-
 import torch
-import torch.distributed as dist
 from megatron.core import parallel_state
 
-from megarl.config.schema import MegaRLConfig
 from megarl.models.bridge import load_hf_config
 from megarl.models.to_hf import AttentionShape, megatron_to_hf
 from megarl.rollout.base import KV_CACHE, MEMORY_TAGS, ROLLOUT_BACKENDS, WEIGHTS, SamplingParams
 from megarl.rollout.batch import with_responses
-from parallel import topology
+from megarl.workers.inputs import RolloutInputs
 from parallel.batch import Batch
 from parallel.dispatch import Collect, Dispatch, RankLayout, worker_method
-from parallel.reshard import WeightStreamer, engine_slots
+from parallel.engines import place_engines
+from parallel.reshard import WeightStreamer
 from parallel.worker import Worker, colocated
 
 
 class RolloutWorker(Worker):
-    def __init__(self, cfg: MegaRLConfig, actor_role: str = "actor"):
-        self.cfg = cfg
-        actor = colocated(actor_role).role
-        world, rank = dist.get_world_size(), dist.get_rank()
-        self.slots = engine_slots(world, cfg.actor.megatron.tensor_model_parallel_size,
-                                  cfg.rollout.tensor_model_parallel_size)
-        self.slot = self.slots[rank]
-        devices = [None] * world  # each rank's CUDA device index, for the engine's GPU ids
-        dist.all_gather_object(devices, int(os.environ.get("LOCAL_RANK", "0")))
-        group = topology.process_group_of(self.slot.engine_ranks, (s.engine_ranks for s in self.slots), "gloo")
-        hf_config = load_hf_config(cfg.model.path)
-        self.engine = ROLLOUT_BACKENDS.get(cfg.rollout.name).from_config(
-            cfg, engine_ranks=self.slot.engine_ranks, group=group,
-            local_devices=[devices[r] for r in self.slot.engine_ranks], hf_config=hf_config,
-            seed=cfg.trainer.seed + self.slot.engine)
+    def __init__(self, inputs: RolloutInputs, actor_role: str = "actor"):
+        self.inputs = inputs
+        actor = colocated(actor_role).model
+        self.placement = place_engines(inputs.train_tp, inputs.rollout.tensor_model_parallel_size)
+        slot = self.placement.slot
+        hf_config = load_hf_config(inputs.model_path)
+        self.engine = ROLLOUT_BACKENDS.get(inputs.rollout.name).from_config(
+            inputs.rollout, inputs.model_path, engine_ranks=slot.engine_ranks, group=self.placement.group,
+            local_devices=self.placement.local_devices, hf_config=hf_config, seed=inputs.seed + slot.engine)
         attention, tied = AttentionShape.of(hf_config), bool(getattr(hf_config, "tie_word_embeddings", False))
-        self.streamer = WeightStreamer(actor.model, lambda name, t: megatron_to_hf(name, t, attention, tied),
-                                       self.slot, self.slots,
+        self.streamer = WeightStreamer(actor.named_parameters, lambda name, t: megatron_to_hf(name, t, attention, tied),
+                                       slot, self.placement.slots,
                                        pp_group=parallel_state.get_pipeline_model_parallel_group())
         self.engine.release_memory(MEMORY_TAGS)  # the trainer has the GPU until the first sync
 
     def layout(self) -> RankLayout:
-        return RankLayout(self.slot.engine, len({s.engine for s in self.slots}), self.engine.is_owner)
+        return RankLayout(self.placement.slot.engine, self.placement.engine_count, self.engine.is_owner)
 
     @worker_method(collect=Collect.RANK_ZERO)
     def sync_weights(self) -> dict[str, float]:
@@ -72,12 +64,12 @@ class RolloutWorker(Worker):
         sampling of rollout.val_kwargs (`validate`), or one greedy response each (`greedy`: ReMax's baseline)."""
         if not self.engine.is_owner:
             return None
-        max_new = self.cfg.data.max_response_length
+        max_new = self.inputs.max_response_length
         # Engines sample different prompts; distinct seeds keep their random streams apart too.
-        seed = None if seed is None else seed + 100_003 * self.slot.engine
+        seed = None if seed is None else seed + 100_003 * self.placement.slot.engine
         if greedy:
             params = SamplingParams(n=1, temperature=0.0, max_new_tokens=max_new)
         else:
             make = SamplingParams.for_validation if validate else SamplingParams.for_training
-            params = make(self.cfg.rollout, max_new, seed=seed)
+            params = make(self.inputs.rollout, max_new, seed=seed)
         return with_responses(prompts, self.engine.generate(list(prompts["prompt_ids"]), params), width=max_new)

@@ -9,37 +9,35 @@ from megatron.core import parallel_state
 from transformers import AutoTokenizer
 
 from megarl.algorithms import token_weights
-from megarl.config.sft_schema import SFTConfig
 from megarl.models.checkpoint import copy_hf_metadata
 from megarl.models.export import write_hf_checkpoint
 from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
 from megarl.models.roles import build_actor
-from megarl.rollout.batch import response_values, sequences
 from megarl.workers import join_mesh
-from megarl.workers.updates import micro_batches, pack_groups, reduce_metrics
+from megarl.workers.columns import response_values, sequences
+from megarl.workers.inputs import SFTInputs
+from megarl.workers.updates import pack_groups, reduce_metrics
 from parallel.batch import Batch
 from parallel.dispatch import Collect, Dispatch, worker_method
 from parallel.worker import Worker
 
 
 class SFTWorker(Worker):
-    def __init__(self, cfg: SFTConfig, total_steps: int):
-        join_mesh(cfg.actor.megatron, cfg.trainer.seed)
-        self.cfg = cfg
-        self.role = build_actor(cfg.model.path, cfg.actor.megatron, cfg.optim, total_steps,
-                                bf16=torch.cuda.is_available())
+    def __init__(self, inputs: SFTInputs):
+        join_mesh(inputs.model)
+        self.inputs = inputs
+        self.model = build_actor(inputs.model.path, inputs.model.megatron, inputs.optim, inputs.total_steps,
+                                 bf16=torch.cuda.is_available())
 
     def _micro_batches(self, seqs: list[torch.Tensor]) -> list[list[int]]:
-        data = self.cfg.data
-        return micro_batches([len(s) for s in seqs], data.use_dynamic_bsz, data.micro_batch_size_per_gpu,
-                             data.max_token_len_per_gpu)
+        return self.inputs.micro.split([len(s) for s in seqs])
 
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
     def train_batch(self, batch: Batch) -> dict[str, float]:
         """One optimizer step over the global batch (`prompt_ids`, `responses`, `response_mask`; this rank's
         part in micro-batches): the loss is the mean NLL over every response token of the global batch. Returns
         train/loss, train/grad_norm and train/lr, identical on every rank."""
-        device = self.role.device
+        device = self.model.device
         mask = batch["response_mask"]
         tokens = mask.sum().to(device)
         dist.all_reduce(tokens, group=parallel_state.get_data_parallel_group())
@@ -52,14 +50,14 @@ class SFTWorker(Worker):
             loss = -(logprobs * micro.token_fields["weights"]).sum()
             return loss, {"loss": loss.item()}
 
-        metrics = reduce_metrics(self.role.train_step(packed, loss_fn), device)
+        metrics = reduce_metrics(self.model.train_step(packed, loss_fn), device)
         return {f"train/{key}": value for key, value in metrics.items()}
 
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
     def eval_batch(self, batch: Batch) -> dict[str, float]:
         """The summed NLL of this rank's response tokens and their count (no update)."""
         seqs = sequences(batch)
-        logprobs = self.role.logprobs(seqs, self._micro_batches(seqs))["logprobs"]
+        logprobs = self.model.logprobs(seqs, self._micro_batches(seqs))["logprobs"]
         mask = batch["response_mask"]
         return {"nll": -(response_values(batch, logprobs) * mask).sum().item(), "tokens": mask.sum().item()}
 
@@ -67,13 +65,13 @@ class SFTWorker(Worker):
     def save_hf(self, out_dir: str) -> str:
         """Write the trained weights as a HF checkpoint in `out_dir` (config and tokenizer files beside them).
         Every rank takes part in gathering the weights; rank 0 writes."""
-        tensors = self.role.export_hf()
+        tensors = self.model.export_hf()
         if dist.get_rank() == 0:
             write_hf_checkpoint(tensors, out_dir)
-            copy_hf_metadata(self.cfg.model.path, out_dir)
-            if self.cfg.model.tokenizer_path:
-                tokenizer = AutoTokenizer.from_pretrained(self.cfg.model.tokenizer_path,
-                                                          trust_remote_code=self.cfg.model.trust_remote_code)
+            copy_hf_metadata(self.inputs.model.path, out_dir)
+            if self.inputs.tokenizer_path:
+                tokenizer = AutoTokenizer.from_pretrained(self.inputs.tokenizer_path,
+                                                          trust_remote_code=self.inputs.trust_remote_code)
                 tokenizer.save_pretrained(out_dir)
         else:
             for _ in tensors:

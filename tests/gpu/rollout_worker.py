@@ -27,7 +27,8 @@ from megarl.rollout import SamplingParams
 from megarl.rollout.gates import logprob_agreement
 from megarl.rollout.sglang_engine import SGLangEngine
 from parallel import topology
-from parallel.reshard import WeightStreamer, engine_slots
+from parallel.engines import place_engines
+from parallel.reshard import WeightStreamer
 
 GB = 1e9
 START = time.perf_counter()
@@ -90,10 +91,8 @@ def main():
 
     hf_config = load_hf_config(args.model_dir)
     attention, tied = AttentionShape.of(hf_config), bool(getattr(hf_config, "tie_word_embeddings", False))
-    slots = engine_slots(world, args.tp, args.rollout_tp)
-    slot = slots[rank]
-    group = topology.process_group_of(slot.engine_ranks, (s.engine_ranks for s in slots), "gloo")
-    engines = len({s.engine for s in slots})
+    placement = place_engines(args.tp, args.rollout_tp)
+    slot, slots, group, engines = placement.slot, placement.slots, placement.group, placement.engine_count
     start = time.perf_counter()
     engine = SGLangEngine(
         exported_dir if args.weight_check else args.model_dir, engine_ranks=slot.engine_ranks,
@@ -115,7 +114,7 @@ def main():
         assert engine.check_weights("snapshot")[0]  # SGLang's own load of the exported HF tensors
         assert engine.check_weights("reset_tensors")[0]  # poisoned: only a correct sync can restore them
 
-    streamer = WeightStreamer(actor.model, lambda n, t: megatron_to_hf(n, t, attention, tied), slot, slots,
+    streamer = WeightStreamer(actor.named_parameters, lambda n, t: megatron_to_hf(n, t, attention, tied), slot, slots,
                               pp_group=parallel_state.get_pipeline_model_parallel_group())
     torch.cuda.synchronize()
     free_with_engine = free_gb()

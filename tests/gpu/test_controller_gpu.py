@@ -12,15 +12,13 @@ import subprocess
 import pytest
 import torch
 
-from tests.parallel.test_controller import run_job
+from tests.helpers import make_model, run_job
 
 pytestmark = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (nvidia-h200-x2)")
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    from tests.megarl.models.test_layouts import make_model
-
     return make_model("qwen2", tmp_path_factory.mktemp("controller_gpu") / "model")
 
 

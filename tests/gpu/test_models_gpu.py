@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from megarl.models.shapes import write_random_checkpoint
-from tests.megarl.models.test_layouts import LAYOUTS, run_layout
+from tests.helpers import LAYOUTS, run_layout
 
 pytestmark = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (nvidia-h200-x2)")
 

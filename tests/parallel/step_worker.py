@@ -35,7 +35,8 @@ class TinyStepWorker(Worker):
 
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
     def step(self, batch: Batch) -> Batch:
-        """Log-probs, one optimizer step on the mean negative log-likelihood, log-probs again."""
+        """Log-probs, one optimizer step on the mean negative log-likelihood, log-probs again; the step's
+        `grad_norm` and `loss` repeated per sample (float64: exactly the floats the step returned)."""
         sequences = [ids[:n] for ids, n in zip(batch["input_ids"], batch["lengths"].tolist())]
         everything = [list(range(len(sequences)))]
         before = self.actor.logprobs(sequences, everything)["logprobs"]
@@ -49,8 +50,8 @@ class TinyStepWorker(Worker):
         metrics = self.actor.train_step([pack_sequences(sequences, device=self.actor.device)], loss_fn)
         after = self.actor.logprobs(sequences, everything)["logprobs"]
         width = batch["input_ids"].shape[1]
-        return Batch({"logprobs_before": _padded(before, width), "logprobs_after": _padded(after, width)},
-                     meta={"grad_norm": metrics["grad_norm"], "loss": metrics["loss"]})
+        step = {k: torch.full((len(sequences),), metrics[k], dtype=torch.float64) for k in ("grad_norm", "loss")}
+        return Batch({"logprobs_before": _padded(before, width), "logprobs_after": _padded(after, width), **step})
 
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
     def logprobs(self, batch: Batch) -> Batch:

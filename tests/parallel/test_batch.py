@@ -9,7 +9,6 @@ def make(n=4):
     return Batch(
         {"ids": torch.arange(n * 3).reshape(n, 3), "reward": torch.arange(n, dtype=torch.float)},
         {"uid": [f"p{i}" for i in range(n)], "truth": [[i, i + 1] for i in range(n)]},
-        {"step": 7},
     )
 
 
@@ -29,7 +28,6 @@ def test_chunk_then_concat_is_identity():
     assert [len(p) for p in parts] == [2, 2, 2] and list(parts[1]["uid"]) == ["p2", "p3"]
     back = Batch.concat(parts)
     assert torch.equal(back["ids"], batch["ids"]) and list(back["uid"]) == list(batch["uid"])
-    assert back.meta == {"step": 7}
     with pytest.raises(ValueError, match="cannot split a batch of 6 samples into 4"):
         batch.chunk(4)
     with pytest.raises(ValueError, match="different keys"):
@@ -54,9 +52,9 @@ def test_select_columns_rows_and_masks():
 
 def test_union_adds_columns_and_refuses_conflicts():
     batch = make()
-    more = Batch({"adv": torch.ones(4)}, {"uid": np.array([f"p{i}" for i in range(4)], dtype=object)}, {"k": 1})
+    more = Batch({"adv": torch.ones(4)}, {"uid": np.array([f"p{i}" for i in range(4)], dtype=object)})
     merged = batch.union(more)
-    assert sorted(merged.keys()) == ["adv", "ids", "reward", "truth", "uid"] and merged.meta == {"step": 7, "k": 1}
+    assert sorted(merged.keys()) == ["adv", "ids", "reward", "truth", "uid"]
     with pytest.raises(ValueError, match="tensor 'reward', with different values"):
         batch.union(Batch({"reward": torch.zeros(4)}))
     with pytest.raises(ValueError, match="4 and 2 samples"):

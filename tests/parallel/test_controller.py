@@ -3,34 +3,19 @@ step through a 2-worker Ray pool and under `torchrun --nproc-per-node 2` (withou
 identical numbers; failures reach the driver with role, rank and traceback in seconds."""
 
 import json
-import os
 import subprocess
 import sys
-import time
 
 import pytest
 
 from parallel.controller import PoolSpec, start_cluster
 from parallel.ray_backend import rank_envs
-from tests.helpers import REPO_ROOT
-from tests.megarl.models.test_layouts import make_model
-
-ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+from tests.helpers import ENV, REPO_ROOT, make_model, run_job
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     return make_model("qwen2", tmp_path_factory.mktemp("controller") / "model")
-
-
-def run_job(model_dir, out, launcher, *extra, timeout=240):
-    prefix = [sys.executable, "-m"]
-    if launcher == "torchrun":
-        prefix += ["torch.distributed.run", "--nproc-per-node", "2", "-m"]
-    cmd = [*prefix, "tests.parallel.step_job", str(model_dir), str(out), *extra]
-    start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
-    return proc, time.monotonic() - start
 
 
 def test_ray_pool_and_torchrun_compute_the_same_step(model_dir, tmp_path):

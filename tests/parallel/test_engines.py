@@ -2,7 +2,7 @@
 
 import pytest
 
-from parallel.reshard import engine_slots
+from parallel.engines import engine_slots
 
 
 def test_equal_tp_converts_in_place():

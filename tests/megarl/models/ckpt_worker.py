@@ -36,7 +36,7 @@ def one_step(role):
 def weights_after_step(role) -> dict:
     metrics = one_step(role)
     # An RNG draw shows whether the random number generators continue where the checkpoint left them.
-    weights = {name: p.detach().clone() for name, p in unwrap_model(role.model[0]).named_parameters()}
+    weights = {name: p.detach().clone() for name, p in unwrap_model(role.chunks[0]).named_parameters()}
     return {"metrics": metrics, "weights": weights, "draw": torch.rand(3)}
 
 
@@ -52,11 +52,11 @@ def main():
         for role, save in ((build_actor(source, megatron, optim, 1), save_training_checkpoint),
                            (build_critic(source, megatron, optim, 1, seed=5), save_model_checkpoint)):
             one_step(role)
-            save(role, out / role.role)
+            save(role, out / role.name)
             tensors = {name: tensor.clone() for name, tensor in role.export_hf()}
             if dist.get_rank() == 0:
-                save_file(tensors, str(out / f"expected_{role.role}.safetensors"))
-            if role.role == "critic":
+                save_file(tensors, str(out / f"expected_{role.name}.safetensors"))
+            if role.name == "critic":
                 result = [v.tolist() for v in role.values(SEQS, [[0, 1, 2]])]
     elif mode == "values":
         result = [v.tolist() for v in build_critic(source, megatron, optim, 1, seed=99).values(SEQS, [[0, 1, 2]])]

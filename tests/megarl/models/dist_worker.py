@@ -113,7 +113,7 @@ def main():
         for i, seq in enumerate(seqs):
             ids[i, : len(seq)] = seq
         with torch.no_grad():
-            logits = actor.model[0](input_ids=ids, position_ids=None, attention_mask=None)
+            logits = actor.chunks[0](input_ids=ids, position_ids=None, attention_mask=None)
         labels = torch.cat([ids[:, 1:], torch.zeros_like(ids[:, :1])], dim=1)
         padded, _ = vocab_parallel_logprobs_and_entropy(logits, labels, with_entropy=False)
         result["packed_vs_padded"] = max(
@@ -159,7 +159,7 @@ def main():
     reference = build_reference(model_dir, megatron, bf16=bf16)
     if torch.cuda.is_available():
         result["reference_offloaded_gpu_bytes"] = sum(
-            t.numel() * t.element_size() for chunk in reference.model for t in chunk.parameters() if t.is_cuda
+            t.numel() * t.element_size() for chunk in reference.chunks for t in chunk.parameters() if t.is_cuda
         )
     reference.onload()
     ref_logprobs = reference.logprobs(seqs, MICRO_BATCHES)["logprobs"]

@@ -3,8 +3,7 @@ import os
 import subprocess
 import sys
 
-from tests.helpers import REPO_ROOT
-from tests.megarl.models.test_layouts import make_model
+from tests.helpers import REPO_ROOT, make_model
 
 ENV = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
 

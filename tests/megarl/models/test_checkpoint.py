@@ -13,8 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.helpers import REPO_ROOT
-from tests.megarl.models.test_layouts import make_model
+from tests.helpers import REPO_ROOT, make_model
 
 WORKER = Path(__file__).with_name("ckpt_worker.py")
 ENV = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}

@@ -9,7 +9,7 @@ from megarl.models.to_hf import AttentionShape, megatron_to_hf
 
 @pytest.fixture(scope="module", params=["qwen2", "qwen3", "llama"])
 def family(request, tmp_path_factory):
-    from tests.megarl.models.test_layouts import make_model
+    from tests.helpers import make_model
 
     return megatron_and_hf(make_model(request.param, tmp_path_factory.mktemp(request.param) / "model"))
 
@@ -25,9 +25,8 @@ def megatron_and_hf(model_dir):
     code = (
         "import sys, torch; from parallel import topology; topology.init_distributed(); topology.init_model_parallel();"
         "from megarl.models.roles import build_reference; from megarl.config.schema import MegatronConfig;"
-        "from parallel.reshard import local_parameters;"
         f"r = build_reference({str(model_dir)!r}, MegatronConfig());"
-        f"torch.save(dict(local_parameters(r.model)), {str(out)!r})"
+        f"torch.save(dict(r.named_parameters()), {str(out)!r})"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO_ROOT, capture_output=True, timeout=120)
     from megarl.models.bridge import load_hf_config, read_hf_tensors

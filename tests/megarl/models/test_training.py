@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO_ROOT
-from tests.megarl.models.test_layouts import make_model
+from tests.helpers import REPO_ROOT, make_model
 
 
 def test_warmup_then_cosine_decay(tmp_path):

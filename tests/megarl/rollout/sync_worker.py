@@ -18,7 +18,8 @@ from megarl.models.to_hf import AttentionShape, megatron_to_hf
 from megarl.rollout import SamplingParams
 from megarl.rollout.transformers_engine import TransformersEngine
 from parallel import topology
-from parallel.reshard import WeightStreamer, engine_slots
+from parallel.engines import place_engines
+from parallel.reshard import WeightStreamer
 
 
 def main():
@@ -44,14 +45,13 @@ def main():
     actor.train_step([pack_sequences([torch.arange(3, 40) % 128, torch.arange(50, 70)])], loss_fn)
 
     world, rank = dist.get_world_size(), dist.get_rank()
-    slots = engine_slots(world, args.tp, args.rollout_tp)
-    slot = slots[rank]
-    group = topology.process_group_of(slot.engine_ranks, (s.engine_ranks for s in slots), "gloo")
-    engine = TransformersEngine(args.model_dir, engine_ranks=slot.engine_ranks, group=group)
+    placement = place_engines(args.tp, args.rollout_tp)
+    slot, slots = placement.slot, placement.slots
+    engine = TransformersEngine(args.model_dir, engine_ranks=slot.engine_ranks, group=placement.group)
 
     hf_config = load_hf_config(args.model_dir)
     attention, tied = AttentionShape.of(hf_config), bool(getattr(hf_config, "tie_word_embeddings", False))
-    streamer = WeightStreamer(actor.model, lambda n, t: megatron_to_hf(n, t, attention, tied), slot, slots,
+    streamer = WeightStreamer(actor.named_parameters, lambda n, t: megatron_to_hf(n, t, attention, tied), slot, slots,
                               pp_group=parallel_state.get_pipeline_model_parallel_group(),
                               bucket_bytes=args.bucket_bytes)
 

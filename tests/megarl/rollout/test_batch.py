@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from megarl.rollout.base import Response
-from megarl.rollout.batch import prompt_batch, response_values, sequences, with_responses
+from megarl.rollout.batch import prompt_batch, with_responses
 
 
 def make():
@@ -19,14 +19,6 @@ def test_each_prompt_is_followed_by_its_responses():
     assert batch["response_mask"].tolist() == [[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 0]]
     assert batch["rollout_log_probs"][0].tolist() == pytest.approx([-0.1, -0.2, 0.0])
     assert list(batch["finish_reason"]) == ["stop", "length", "length", "stop"]
-
-
-def test_sequences_and_per_token_values_line_up_with_responses():
-    batch = make()
-    assert [s.tolist() for s in sequences(batch)] == [[1, 2, 3, 7, 8], [1, 2, 3, 9], [4, 5, 6, 6, 6], [4, 5, 5, 4]]
-    # a model pass gives, at position t, a value about token t + 1: here the token id itself
-    per_sequence = [s[1:].float() for s in sequences(batch)]
-    assert torch.equal(response_values(batch, per_sequence), batch["responses"].float())
 
 
 def test_response_groups_must_match_the_prompts():

@@ -9,8 +9,7 @@ import sys
 
 import pytest
 
-from tests.helpers import REPO_ROOT
-from tests.megarl.models.test_layouts import make_model
+from tests.helpers import REPO_ROOT, make_model
 
 WORKER = REPO_ROOT / "tests/megarl/rollout/sync_worker.py"
 LAYOUTS = {  # name: (train TP, PP, rollout TP)

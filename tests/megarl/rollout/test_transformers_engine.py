@@ -7,7 +7,7 @@ from transformers import AutoModelForCausalLM
 
 from megarl.rollout import SamplingParams
 from megarl.rollout.transformers_engine import TransformersEngine
-from tests.megarl.models.test_layouts import make_model
+from tests.helpers import make_model
 
 PROMPTS = [[5, 17, 33, 2, 9], [40, 41, 42]]
 

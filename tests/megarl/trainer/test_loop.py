@@ -2,41 +2,12 @@
 rollout engines; GRPO with a KL loss under torchrun (TP=2) and PPO with a critic under Ray run their steps and
 write every step's metrics to metrics.jsonl."""
 
-import json
-import os
 import subprocess
 import sys
 
-import datasets
 import pytest
 
-from tests.helpers import REPO_ROOT, make_chat_model
-
-ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "WANDB_MODE": "offline",
-       "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-
-
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    root = tmp_path_factory.mktemp("loop")
-    make_chat_model(root / "model")
-    rows = [{"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": f"What is {a} + {b}? ####"}],
-             "reward_model": {"ground_truth": str(a + b)}} for a, b in [(1, 2), (3, 4), (2, 2), (5, 1)]]
-    datasets.Dataset.from_list(rows).to_parquet(str(root / "train.parquet"))
-    return root
-
-
-def overrides(root, out, *extra):
-    return [f"model.path={root / 'model'}", f"data.train_files=[{root / 'train.parquet'}]",
-            f"trainer.output_dir={out}", "rollout.name=transformers", "rollout.n=2", "data.train_batch_size=2",
-            "actor.ppo_mini_batch_size=1", "data.max_prompt_length=64", "data.max_response_length=6",
-            "trainer.total_training_steps=2", "trainer.n_gpus_per_node=2", "trainer.collective_timeout_s=120",
-            "actor.optim.lr=1e-3", "rollout.max_logprob_mult_error=1.001", *extra]
-
-
-def read_metrics(out):
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-
+from tests.helpers import ENV, REPO_ROOT, overrides, read_metrics
 
 COMMON = {"actor/pg_loss", "actor/entropy", "actor/ppo_kl", "actor/pg_clipfrac", "actor/grad_norm", "actor/lr",
           "critic/score/mean", "critic/rewards/mean", "critic/advantages/mean", "critic/returns/mean",

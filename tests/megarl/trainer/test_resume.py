@@ -1,5 +1,5 @@
-"""Checkpoints and resume end to end on CPU (torchrun, 2 processes, the tiny model of test_loop.py): a run killed
-(SIGKILL of every process) once its step-2 checkpoint is committed, then started again with
+"""Checkpoints and resume end to end on CPU (torchrun, 2 processes, the tiny model of conftest.py's `setup`): a run
+killed (SIGKILL of every process) once its step-2 checkpoint is committed, then started again with
 trainer.resume_mode=auto, logs exactly the step-3 metrics of an uninterrupted run. GRPO with a KL loss at TP=2;
 PPO with a critic, an adaptive KL controller and DP=2, resumed past a checkpoint left half-written
 (`global_step_3.partial`) and a corrupt tracker file. A checkpoint's actor directory exports to HF (bit-exactness
@@ -18,8 +18,7 @@ import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from parallel.topology import free_port
-from tests.helpers import REPO_ROOT
-from tests.megarl.trainer.test_loop import ENV, overrides, read_metrics, setup  # noqa: F401 (setup: the fixture)
+from tests.helpers import ENV, REPO_ROOT, overrides, read_metrics
 
 CASES = {
     "grpo": ["algorithm.adv_estimator=grpo", "actor.use_kl_loss=true", "actor.megatron.tensor_model_parallel_size=2",

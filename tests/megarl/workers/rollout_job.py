@@ -25,6 +25,7 @@ def main():
     from megarl.rollout.batch import prompt_batch
     from megarl.rollout.gates import logprob_agreement
     from megarl.workers.actor import ActorWorker
+    from megarl.workers.inputs import role_inputs
     from megarl.workers.rollout import RolloutWorker
 
     cfg = load_config(overrides=[
@@ -35,8 +36,9 @@ def main():
         "actor.log_prob_micro_batch_size_per_gpu=3", "trainer.collective_timeout_s=120",
     ])
     with start_workers(cfg) as cluster:
-        actor = cluster[MAIN_POOL].spawn("actor", ActorWorker, cfg, 1)
-        rollout = cluster[MAIN_POOL].spawn("rollout", RolloutWorker, cfg)
+        inputs = role_inputs(cfg, total_steps=1)
+        actor = cluster[MAIN_POOL].spawn("actor", ActorWorker, inputs.actor)
+        rollout = cluster[MAIN_POOL].spawn("rollout", RolloutWorker, inputs.rollout)
         sync = rollout.sync_weights()
         prompts = prompt_batch({"prompt_ids": [[5, 17, 33, 2, 9], [40, 41, 42], [7, 8], [99, 3, 4, 5]],
                                 "data_source": ["a", "b", "c", "d"]})

@@ -10,8 +10,7 @@ import sys
 
 import pytest
 
-from tests.helpers import REPO_ROOT
-from tests.megarl.models.test_layouts import make_model
+from tests.helpers import REPO_ROOT, make_model
 
 ENV = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
 LAYOUTS = {"tp2": ["--tp", "2"], "cp2": ["--cp", "2"], "dp2": []}

@@ -9,8 +9,7 @@ import sys
 
 import pytest
 
-from tests.helpers import REPO_ROOT
-from tests.megarl.models.test_layouts import make_model
+from tests.helpers import REPO_ROOT, make_model
 
 ENV = {**os.environ, "RAY_AUTH_MODE": "disabled",
        "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}

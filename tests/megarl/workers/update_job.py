@@ -28,6 +28,7 @@ def main():
     from megarl.rollout.batch import prompt_batch, with_responses
     from megarl.workers.actor import ActorWorker
     from megarl.workers.critic import CriticWorker
+    from megarl.workers.inputs import actor_inputs, critic_inputs, reference_inputs
     from megarl.workers.reference import ReferenceWorker
     from parallel.batch import Batch
 
@@ -49,9 +50,9 @@ def main():
     generator = torch.Generator().manual_seed(0)
     advantages = torch.randn(batch["responses"].shape, generator=generator) * batch["response_mask"]
     with start_workers(cfg) as cluster:
-        actor = cluster[MAIN_POOL].spawn("actor", ActorWorker, cfg, 1)
-        reference = cluster[MAIN_POOL].spawn("reference", ReferenceWorker, cfg)
-        critic = cluster[MAIN_POOL].spawn("critic", CriticWorker, cfg, 1)
+        actor = cluster[MAIN_POOL].spawn("actor", ActorWorker, actor_inputs(cfg, total_steps=1))
+        reference = cluster[MAIN_POOL].spawn("reference", ReferenceWorker, reference_inputs(cfg))
+        critic = cluster[MAIN_POOL].spawn("critic", CriticWorker, critic_inputs(cfg, total_steps=1))
         batch = batch.union(actor.compute_log_prob(batch))
         ref_log_prob = reference.compute_ref_log_prob(batch)["ref_log_prob"]
         batch = batch.union(Batch({"advantages": advantages,

@@ -1,0 +1,60 @@
+"""The one table of megatron-core ↔ HF parameter names for the Llama family (Qwen2/2.5, Qwen3, Llama).
+
+Both directions read it: the bridge (`megarl.models.bridge`) maps each megatron parameter to the HF tensors it
+loads from and exports to, and `megarl.models.to_hf.megatron_to_hf` converts parameters for a rollout engine.
+The layer norms have two spellings: the local spec's own norm modules, and Transformer Engine's, which fuses
+each norm into the linear layer after it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+
+class HFNames(NamedTuple):
+    names: tuple[str, ...]  # a fused megatron tensor holds these in order: q, k, v per query group; gate, up
+    tp_dim: int | None  # the dim of the HF tensors that tensor parallelism splits; None: every rank has it all
+
+
+EMBEDDING = "model.embed_tokens.weight"
+LM_HEAD = "lm_head.weight"
+VALUE_HEAD_NAME = "score.weight"  # as in HF's AutoModelForTokenClassification(num_labels=1)
+OUTPUT_LAYER = "output_layer.weight"
+
+MODEL_NAMES = {
+    "embedding.word_embeddings.weight": HFNames((EMBEDDING,), 0),
+    "decoder.final_layernorm.weight": HFNames(("model.norm.weight",), None),
+}
+
+# Inside megatron's decoder.layers.N ↔ inside HF's model.layers.N.
+LAYER_NAMES = {
+    "input_layernorm.weight": HFNames(("input_layernorm.weight",), None),
+    "self_attention.linear_qkv.layer_norm_weight": HFNames(("input_layernorm.weight",), None),
+    "pre_mlp_layernorm.weight": HFNames(("post_attention_layernorm.weight",), None),
+    "mlp.linear_fc1.layer_norm_weight": HFNames(("post_attention_layernorm.weight",), None),
+    "self_attention.q_layernorm.weight": HFNames(("self_attn.q_norm.weight",), None),
+    "self_attention.k_layernorm.weight": HFNames(("self_attn.k_norm.weight",), None),
+    "self_attention.linear_qkv.weight": HFNames(tuple(f"self_attn.{p}_proj.weight" for p in "qkv"), 0),
+    "self_attention.linear_qkv.bias": HFNames(tuple(f"self_attn.{p}_proj.bias" for p in "qkv"), 0),
+    "self_attention.linear_proj.weight": HFNames(("self_attn.o_proj.weight",), 1),
+    "mlp.linear_fc1.weight": HFNames(("mlp.gate_proj.weight", "mlp.up_proj.weight"), 0),
+    "mlp.linear_fc2.weight": HFNames(("mlp.down_proj.weight",), 1),
+}
+
+_LAYER = re.compile(r"decoder\.layers\.(\d+)\.(.+)")
+
+
+def hf_names(name: str, output_layer: str = LM_HEAD) -> HFNames:
+    """The HF tensors that megatron parameter `name` (global layer numbers) holds. `output_layer` is the HF
+    name of the output layer: the LM head, the embedding it is tied to, or a value head."""
+    if name == OUTPUT_LAYER:
+        return HFNames((output_layer,), 0)
+    if name in MODEL_NAMES:
+        return MODEL_NAMES[name]
+    match = _LAYER.fullmatch(name)
+    if match is None or match.group(2) not in LAYER_NAMES:
+        raise KeyError(f"no HF name for megatron parameter {name}")
+    layer, rest = match.groups()
+    names, tp_dim = LAYER_NAMES[rest]
+    return HFNames(tuple(f"model.layers.{layer}.{n}" for n in names), tp_dim)

@@ -1,0 +1,36 @@
+"""What the RL loop and the SFT loop share: the tokenizer (with an error that names the key to fix), the run's
+length, batches epoch after epoch, and when to validate."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from transformers import AutoTokenizer
+
+from megarl.config import ConfigError
+from megarl.config.schema import ModelConfig, RunConfig
+
+
+def load_tokenizer(model: ModelConfig):
+    source = model.tokenizer_path or model.path
+    try:
+        return AutoTokenizer.from_pretrained(source, trust_remote_code=model.trust_remote_code)
+    except (OSError, ValueError) as e:
+        key = "model.tokenizer_path" if model.tokenizer_path else "model.path"
+        raise ConfigError(f"{key}={source}: no tokenizer could be loaded from there ({e}); point "
+                          "model.tokenizer_path at a directory with the tokenizer files") from e
+
+
+def total_steps(run: RunConfig, batches_per_epoch: int) -> int:
+    return run.total_training_steps or batches_per_epoch * run.total_epochs
+
+
+def endless(loader) -> Iterator:
+    """The loader's batches, epoch after epoch (it reshuffles each epoch and keeps its position for resuming)."""
+    while True:
+        yield from loader
+
+
+def validates_at(step: int, total: int, test_freq: int) -> bool:
+    """Whether step `step` of `total` ends with a validation: every `test_freq` steps (-1: never) and after the last."""
+    return step == total or (test_freq > 0 and step % test_freq == 0)

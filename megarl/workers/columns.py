@@ -1,0 +1,40 @@
+"""Between the step's response columns ([B, R] tensors aligned with `responses`, zero past each response's end)
+and the model passes' per-sequence tensors (each sample's prompt + response, unpadded; position t is about token
+t + 1, as megarl/models/forward.py returns log-probs and values and as packed token fields are laid out)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from parallel.batch import Batch
+
+
+def sequences(batch: Batch) -> list[torch.Tensor]:
+    """Each sample's prompt + response tokens, unpadded."""
+    lengths = batch["response_mask"].sum(dim=1).long().tolist()
+    return [torch.cat([torch.as_tensor(prompt, dtype=torch.long), response[:length]])
+            for prompt, response, length in zip(batch["prompt_ids"], batch["responses"], lengths)]
+
+
+def response_values(batch: Batch, per_sequence: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Per-sequence values of a model pass → [B, R] aligned with `responses`, zero past each response's end."""
+    out = torch.zeros_like(batch["response_mask"])
+    lengths = batch["response_mask"].sum(dim=1).long().tolist()
+    for i, (prompt, values, length) in enumerate(zip(batch["prompt_ids"], per_sequence, lengths)):
+        start = len(prompt) - 1
+        out[i, :length] = values[start : start + length].float().cpu()
+    return out
+
+
+def at_next_token_positions(batch: Batch, values: torch.Tensor) -> list[torch.Tensor]:
+    """[B, R] response values → per sample, a tensor over next-token positions (length L − 1), zero on the
+    prompt: the inverse of `response_values`, as `pack_sequences` takes token fields."""
+    lengths = batch["response_mask"].sum(dim=1).long().tolist()
+    out = []
+    for prompt, row, length in zip(batch["prompt_ids"], values, lengths):
+        field = torch.zeros(len(prompt) + length - 1, dtype=torch.float32)
+        field[len(prompt) - 1 :] = row[:length].float()
+        out.append(field)
+    return out

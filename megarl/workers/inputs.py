@@ -1,0 +1,178 @@
+"""What each worker is built from: typed values derived from a recipe once, on the driver.
+
+A worker never sees the whole recipe (torchtitan's rule: a component takes the sub-config it needs), so a value
+several roles use, such as the temperature log-probs are taken at or a role's micro-batching, has one derivation,
+here, and the workers read it from their inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from megarl.config.schema import ActorConfig, CriticConfig, MegaRLConfig, MegatronConfig, OptimConfig, RolloutConfig
+from megarl.config.sft_schema import SFTConfig
+from megarl.models.packing import MicroBatching
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A megatron role's starting checkpoint and the mesh it runs on."""
+
+    path: str  # a HF checkpoint directory
+    megatron: MegatronConfig
+    seed: int  # the mesh's RNG streams (and a new critic head's draw)
+
+
+@dataclass(frozen=True)
+class UpdateSchedule:
+    """A trained role's update over one step's batch: `epochs` passes over mini-batches of `mini_batch_samples`
+    samples (all data-parallel ranks together), one optimizer step each, in micro-batches."""
+
+    mini_batch_samples: int
+    epochs: int
+    micro: MicroBatching
+    loss_agg_mode: str
+    loss_scale_factor: int  # seq-mean-token-sum-norm's constant: the configured max response length
+
+
+@dataclass(frozen=True)
+class PolicyLoss:
+    """The actor's loss: a registered policy loss (clip-higher and dual-clip bounds), the entropy bonus and the
+    optional KL loss against the reference."""
+
+    name: str
+    clip_ratio_low: float
+    clip_ratio_high: float
+    clip_ratio_c: float
+    entropy_coeff: float
+    kl_loss_coef: Optional[float]  # None: no KL loss
+    kl_loss_type: str
+
+    @classmethod
+    def of(cls, actor: ActorConfig) -> PolicyLoss:
+        return cls(actor.policy_loss, actor.clip_ratio_low, actor.clip_ratio_high, actor.clip_ratio_c,
+                   actor.entropy_coeff, actor.kl_loss_coef if actor.use_kl_loss else None, actor.kl_loss_type)
+
+
+@dataclass(frozen=True)
+class ActorInputs:
+    model: ModelSource
+    optim: OptimConfig
+    total_steps: int  # the LR schedule's length
+    temperature: float  # log-probs are taken under the distribution the engine sampled from
+    log_prob: MicroBatching
+    update: UpdateSchedule
+    loss: PolicyLoss
+
+
+@dataclass(frozen=True)
+class CriticInputs:
+    model: ModelSource
+    optim: OptimConfig
+    total_steps: int
+    forward: MicroBatching
+    update: UpdateSchedule
+    cliprange_value: float
+
+
+@dataclass(frozen=True)
+class ReferenceInputs:
+    model: ModelSource
+    temperature: float
+    log_prob: MicroBatching
+
+
+@dataclass(frozen=True)
+class RolloutInputs:
+    model_path: str
+    train_tp: int  # the colocated actor's tensor-parallel size, which places the engines (parallel/engines.py)
+    rollout: RolloutConfig
+    max_response_length: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class RoleInputs:
+    """Every RL role's inputs; the critic's and the reference's are None when the recipe runs without them."""
+
+    actor: ActorInputs
+    rollout: RolloutInputs
+    critic: Optional[CriticInputs]
+    reference: Optional[ReferenceInputs]
+
+
+def logprob_temperature(rollout: RolloutConfig) -> float:
+    """The temperature the trainer's log-probs are taken at: the sampling one, or 1 for greedy sampling (its
+    log-probs are the untempered distribution's)."""
+    return rollout.temperature or 1.0
+
+
+def _update_schedule(section: ActorConfig | CriticConfig, samples_per_prompt: int,
+                     max_response_length: int) -> UpdateSchedule:
+    """The actor's or the critic's update: their sections share these keys (verl's names)."""
+    micro = MicroBatching(section.use_dynamic_bsz, section.ppo_micro_batch_size_per_gpu,
+                          section.ppo_max_token_len_per_gpu)
+    return UpdateSchedule(section.ppo_mini_batch_size * samples_per_prompt, section.ppo_epochs, micro,
+                          section.loss_agg_mode, max_response_length)
+
+
+def _policy_model(cfg: MegaRLConfig) -> ModelSource:
+    """The actor's, which the reference shares: it runs in the actor's processes, on its mesh."""
+    return ModelSource(cfg.model.path, cfg.actor.megatron, cfg.trainer.seed)
+
+
+def actor_inputs(cfg: MegaRLConfig, total_steps: int) -> ActorInputs:
+    actor = cfg.actor
+    return ActorInputs(
+        _policy_model(cfg), actor.optim, total_steps,
+        logprob_temperature(cfg.rollout),
+        MicroBatching(actor.use_dynamic_bsz, actor.log_prob_micro_batch_size_per_gpu,
+                      actor.log_prob_max_token_len_per_gpu),
+        _update_schedule(actor, cfg.rollout.n, cfg.data.max_response_length), PolicyLoss.of(actor))
+
+
+def critic_inputs(cfg: MegaRLConfig, total_steps: int) -> CriticInputs:
+    critic = cfg.critic
+    return CriticInputs(
+        ModelSource(critic.model.path, critic.megatron, cfg.trainer.seed), critic.optim, total_steps,
+        MicroBatching(critic.use_dynamic_bsz, critic.forward_micro_batch_size_per_gpu,
+                      critic.forward_max_token_len_per_gpu),
+        _update_schedule(critic, cfg.rollout.n, cfg.data.max_response_length), critic.cliprange_value)
+
+
+def reference_inputs(cfg: MegaRLConfig) -> ReferenceInputs:
+    """Micro-batched like the actor's log-prob pass (the `ref` section has no use_dynamic_bsz of its own)."""
+    return ReferenceInputs(
+        _policy_model(cfg), logprob_temperature(cfg.rollout),
+        MicroBatching(cfg.actor.use_dynamic_bsz, cfg.ref.log_prob_micro_batch_size_per_gpu,
+                      cfg.ref.log_prob_max_token_len_per_gpu))
+
+
+def rollout_inputs(cfg: MegaRLConfig) -> RolloutInputs:
+    return RolloutInputs(cfg.model.path, cfg.actor.megatron.tensor_model_parallel_size, cfg.rollout,
+                         cfg.data.max_response_length, cfg.trainer.seed)
+
+
+def role_inputs(cfg: MegaRLConfig, total_steps: int) -> RoleInputs:
+    """The inputs of the roles the recipe runs."""
+    return RoleInputs(actor_inputs(cfg, total_steps), rollout_inputs(cfg),
+                      critic_inputs(cfg, total_steps) if cfg.use_critic else None,
+                      reference_inputs(cfg) if cfg.use_reference else None)
+
+
+@dataclass(frozen=True)
+class SFTInputs:
+    model: ModelSource
+    optim: OptimConfig
+    total_steps: int
+    micro: MicroBatching
+    tokenizer_path: Optional[str]  # saved beside the trained weights when the model directory has no tokenizer
+    trust_remote_code: bool
+
+
+def sft_inputs(cfg: SFTConfig, total_steps: int) -> SFTInputs:
+    data = cfg.data
+    return SFTInputs(ModelSource(cfg.model.path, cfg.actor.megatron, cfg.trainer.seed), cfg.optim, total_steps,
+                     MicroBatching(data.use_dynamic_bsz, data.micro_batch_size_per_gpu, data.max_token_len_per_gpu),
+                     cfg.model.tokenizer_path, cfg.model.trust_remote_code)

@@ -1,0 +1,95 @@
+"""The declared HF ⇄ megatron mapping (megarl.models.hf_names), the layer specs per pipeline stage
+(megarl.models.spec) and the bridge that uses both (megarl.models.bridge)."""
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from megarl.models.hf_names import LAYER_NAMES, hf_names
+from tests.helpers import ENV, make_model
+
+WORKER = Path(__file__).with_name("bridge_worker.py")
+
+
+def test_both_norm_spellings_name_the_same_hf_tensors():
+    local_and_te = {"input_layernorm.weight": "self_attention.linear_qkv.layer_norm_weight",
+                    "pre_mlp_layernorm.weight": "mlp.linear_fc1.layer_norm_weight"}
+    for local, te in local_and_te.items():
+        assert LAYER_NAMES[local] == LAYER_NAMES[te]
+        assert hf_names(f"decoder.layers.3.{local}") == hf_names(f"decoder.layers.3.{te}")
+    assert hf_names("decoder.layers.3.pre_mlp_layernorm.weight").names == (
+        "model.layers.3.post_attention_layernorm.weight",)
+
+
+def test_the_output_layer_goes_by_the_name_it_is_given():
+    assert hf_names("output_layer.weight").names == ("lm_head.weight",)
+    assert hf_names("output_layer.weight", "model.embed_tokens.weight").names == ("model.embed_tokens.weight",)
+
+
+def test_fused_tensors_name_their_parts_in_megatron_order():
+    assert hf_names("decoder.layers.0.mlp.linear_fc1.weight") == (
+        ("model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.up_proj.weight"), 0)
+    assert [n.rsplit(".", 2)[-2] for n in hf_names("decoder.layers.0.self_attention.linear_qkv.bias").names] == [
+        "q_proj", "k_proj", "v_proj"]
+
+
+@pytest.mark.parametrize("stage, layers", [(0, 1), (1, 2)])
+def test_the_local_spec_is_megatrons_block_spec_per_stage_with_sdpa(monkeypatch, stage, layers):
+    from megatron.core import parallel_state
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
+    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.dot_product_attention import DotProductAttention
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+    from megarl.models.attention import SDPAttention
+    from megarl.models.spec import layer_spec
+
+    monkeypatch.setattr(parallel_state, "get_pipeline_model_parallel_rank", lambda: stage)
+    config = TransformerConfig(
+        num_layers=3, hidden_size=64, num_attention_heads=4, normalization="RMSNorm", qk_layernorm=True,
+        pipeline_model_parallel_size=2, num_layers_in_first_pipeline_stage=1, pipeline_dtype=torch.float32,
+    )
+    mine = layer_spec(config, use_transformer_engine=False)
+    megatron = get_gpt_decoder_block_spec(config, use_transformer_engine=False, normalization="RMSNorm")
+    assert len(mine.layer_specs) == len(megatron.layer_specs) == layers
+    assert mine.layer_norm is WrappedTorchNorm
+    for ours, theirs in zip(mine.layer_specs, megatron.layer_specs):
+        attention, reference = ours.submodules.self_attention.submodules, theirs.submodules.self_attention.submodules
+        assert attention.core_attention is SDPAttention and reference.core_attention is DotProductAttention
+        assert replace(attention, core_attention=None) == replace(reference, core_attention=None)
+        assert attention.q_layernorm is WrappedTorchNorm and ours.submodules.input_layernorm is WrappedTorchNorm
+        assert ours.submodules.mlp == theirs.submodules.mlp
+
+
+def test_a_family_megarl_does_not_convert_is_named(tmp_path):
+    from transformers import MistralConfig
+
+    from megarl.models.bridge import make_bridge
+
+    MistralConfig(vocab_size=128, hidden_size=64, num_hidden_layers=2).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="model_type 'mistral'; megarl converts"):
+        make_bridge(tmp_path, torch.float32)
+
+
+def test_pipeline_stages_build_and_export_through_the_mapping(tmp_path):
+    """A tied Qwen3 in two pipeline stages: one SDPA layer per stage, every checkpoint tensor exported once
+    (the tied output layer is the embedding), the critic's head as score.weight, mbridge's classes untouched."""
+    model = make_model("qwen3", tmp_path / "model")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(WORKER), str(model),
+           str(tmp_path / "out.json"), "--pp", "2"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=ENV)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    result = json.loads((tmp_path / "out.json").read_text())
+    from megarl.models.bridge import read_hf_tensors
+
+    checkpoint = sorted(read_hf_tensors(model))
+    assert [stage["layers"] for stage in result["stages"]] == [[[1, "SDPAttention"]], [[2, "SDPAttention"]]]
+    assert [stage["final_norms"] for stage in result["stages"]] == [[], ["RMSNorm"]]
+    assert sorted(result["actor_names"]) == checkpoint
+    assert sorted(result["critic_names"]) == sorted(checkpoint + ["score.weight"])
+    assert result["mbridge_output_layer"] == "lm_head.weight"
