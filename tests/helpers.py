@@ -98,3 +98,24 @@ def overrides(root, out, *extra):
 
 def read_metrics(out):
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def gpu_machine() -> str:
+    """The device tool's name for the lent machine this process runs on (for result rows)."""
+    import torch
+
+    count = torch.cuda.device_count()
+    if "H100" in torch.cuda.get_device_name(0):
+        return f"nvidia-h100-x{count}"
+    return "nvidia-h200" if count == 1 else f"nvidia-h200-x{count}"
+
+
+def responses_batch():
+    """Two prompts (uids 10, 11) with two responses each, as `with_responses` lays them out."""
+    from megarl.rollout.base import Response
+    from megarl.rollout.batch import prompt_batch, with_responses
+
+    prompts = prompt_batch({"prompt_ids": [[1, 2, 3], [4, 5]], "data_source": ["gsm8k", "math"]}, first_uid=10)
+    responses = [[Response([7, 8], [-0.1, -0.2], "stop"), Response([9], [-0.3], "length")],
+                 [Response([6, 6, 6], [-1.0, -1.0, -1.0], "length"), Response([5, 4], [-0.5, -0.4], "stop")]]
+    return with_responses(prompts, responses)

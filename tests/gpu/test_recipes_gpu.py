@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from tests.helpers import REPO_ROOT, SHARED_DATA
+from tests.helpers import REPO_ROOT, SHARED_DATA, gpu_machine
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA and SGLang (the device machines)")
 
@@ -37,7 +37,7 @@ def record(row):
     if not out:
         return
     row = {"date": datetime.date.today().isoformat(), "commit": os.environ.get("MEGARL_COMMIT", "unknown"),
-           "machine": "nvidia-h200", "dtype": "bf16", "backend": "sglang", **row}
+           "machine": gpu_machine(), "gpus_used": 1, "dtype": "bf16", "backend": "sglang", **row}
     path = os.path.join(out, "recipes_gpu.json")
     rows = json.load(open(path)) if os.path.exists(path) else []
     with open(path, "w") as f:

@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from tests.helpers import REPO_ROOT
+from tests.helpers import REPO_ROOT, gpu_machine
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the device machines)")
 
@@ -52,7 +52,7 @@ def test_a_resumed_run_reproduces_the_next_step(tmp_path):
     differences = {k: (whole[3][k], resumed[3][k]) for k in whole[3] if whole[3][k] != resumed[3][k]}
     if os.environ.get("MEGARL_RESULTS_DIR"):
         row = {"date": datetime.date.today().isoformat(), "commit": os.environ.get("MEGARL_COMMIT", "unknown"),
-               "machine": "nvidia-h200", "what": "resume", "model_shape": "tiny", "dtype": "bf16",
+               "machine": gpu_machine(), "gpus_used": 1, "what": "resume", "model_shape": "tiny", "dtype": "bf16",
                "backend": "transformers", "command": "MEGARL_RESULTS_DIR=$OUT python -m pytest tests/gpu/test_resume_gpu.py",
                "step3_metrics": len(whole[3]), "differing": differences}
         with open(os.path.join(os.environ["MEGARL_RESULTS_DIR"], "resume_gpu.json"), "w") as f:

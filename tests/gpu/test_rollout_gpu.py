@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import REPO_ROOT
+from tests.helpers import REPO_ROOT, gpu_machine
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA and SGLang (the device machines)")
 
@@ -97,7 +97,7 @@ def _record(row, tp, rollout_tp, gpus, shape=SHAPE):
         return
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     full = {"date": datetime.date.today().isoformat(), "commit": os.environ.get("MEGARL_COMMIT", commit),
-            "machine": "nvidia-h200" if torch.cuda.device_count() == 1 else f"nvidia-h200-x{torch.cuda.device_count()}",
+            "machine": gpu_machine(),
             "gpus_used": gpus,
             "command": "MEGARL_RESULTS_DIR=$OUT python -m pytest tests/gpu/test_rollout_gpu.py -k "
                        + TEST_OF_SHAPE.get(shape, f"tp{tp}-to-tp{rollout_tp}"),

@@ -1,19 +1,12 @@
 import pytest
-import torch
 
 from megarl.rollout.base import Response
 from megarl.rollout.batch import prompt_batch, with_responses
-
-
-def make():
-    prompts = prompt_batch({"prompt_ids": [[1, 2, 3], [4, 5]], "data_source": ["gsm8k", "math"]}, first_uid=10)
-    responses = [[Response([7, 8], [-0.1, -0.2], "stop"), Response([9], [-0.3], "length")],
-                 [Response([6, 6, 6], [-1.0, -1.0, -1.0], "length"), Response([5, 4], [-0.5, -0.4], "stop")]]
-    return with_responses(prompts, responses)
+from tests.helpers import responses_batch
 
 
 def test_each_prompt_is_followed_by_its_responses():
-    batch = make()
+    batch = responses_batch()
     assert list(batch["uid"]) == ["10", "10", "11", "11"] and list(batch["data_source"])[1:3] == ["gsm8k", "math"]
     assert batch["responses"].tolist() == [[7, 8, 0], [9, 0, 0], [6, 6, 6], [5, 4, 0]]
     assert batch["response_mask"].tolist() == [[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 0]]

@@ -21,9 +21,10 @@ def test_log_probs_are_taken_at_the_sampling_temperature_or_one_when_greedy():
 
 def test_micro_batching_and_update_schedule_follow_the_sections():
     cfg = load_config(overrides=[
-        "rollout.n=4", "actor.ppo_mini_batch_size=8", "actor.use_dynamic_bsz=true", "actor.ppo_max_token_len_per_gpu=99",
-        "actor.log_prob_micro_batch_size_per_gpu=5", "ref.log_prob_max_token_len_per_gpu=77", "actor.use_kl_loss=true",
-        "critic.ppo_epochs=2", "data.max_response_length=64", "actor.loss_agg_mode=seq-mean-token-sum-norm"])
+        "rollout.n=4", "actor.ppo_mini_batch_size=8", "actor.use_dynamic_bsz=true",
+        "actor.ppo_max_token_len_per_gpu=99", "actor.log_prob_micro_batch_size_per_gpu=5",
+        "ref.log_prob_max_token_len_per_gpu=77", "actor.use_kl_loss=true", "critic.ppo_epochs=2",
+        "data.max_response_length=64", "actor.loss_agg_mode=seq-mean-token-sum-norm"])
     inputs = role_inputs(cfg, 1)
     assert inputs.actor.update.mini_batch_samples == 32 and inputs.actor.update.loss_scale_factor == 64
     assert inputs.actor.update.micro == MicroBatching(True, 1, 99)
