@@ -20,10 +20,17 @@ if [[ -z ${NPROC_PER_NODE:-} ]]; then
     NPROC_PER_NODE=$("$PYTHON" -c "import torch; print(max(torch.cuda.device_count(), 1))")
 fi
 
+ENTRY=${ENTRY:-megarl.train}
+if [[ $ENTRY == megarl.train || $ENTRY == megarl.sft ]]; then
+    # The recipe is checked in one process first: a mistake is then one line naming the key, not a traceback
+    # from every rank and torchrun's report of each failed child.
+    "$PYTHON" -m "$ENTRY" --dry-run "$@" >/dev/null
+fi
+
 exec "$PYTHON" -m torch.distributed.run \
     --nnodes "${NNODES:-1}" \
     --nproc-per-node "$NPROC_PER_NODE" \
     --node-rank "${NODE_RANK:-0}" \
     --master-addr "${MASTER_ADDR:-127.0.0.1}" \
     --master-port "${MASTER_PORT:-29500}" \
-    -m "${ENTRY:-megarl.train}" "$@"
+    -m "$ENTRY" "$@"

@@ -5,11 +5,15 @@ failed)."""
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from typing import Any, Callable, Sequence
 
 from megarl.config import ConfigError, RecipeSchema, describe_keys, load_config, save_config
 from megarl.data.dataset import DataError
+
+# Where a run cannot write (a full or read-only disk, no permission): the cause is the environment, not a bug.
+STORAGE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 def run_recipe_command(argv: Sequence[str] | None, schema: RecipeSchema, description: str, *,
@@ -29,10 +33,15 @@ def run_recipe_command(argv: Sequence[str] | None, schema: RecipeSchema, descrip
     try:
         cfg = load_config(args.recipe, args.overrides, schema)
         check(cfg)
+        written = save_config(cfg, cfg.trainer.output_dir)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"resolved config written to {save_config(cfg, cfg.trainer.output_dir)}")
+    except OSError as e:
+        print(f"error: trainer.output_dir={cfg.trainer.output_dir} cannot be written ({e.strerror}: {e.filename}): "
+              "point it at a writable directory with free space", file=sys.stderr)
+        return 2
+    print(f"resolved config written to {written}")
     print(describe(cfg))
     if args.dry_run:
         return 0
@@ -40,6 +49,11 @@ def run_recipe_command(argv: Sequence[str] | None, schema: RecipeSchema, descrip
         run(cfg)
     except (ConfigError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        if e.errno not in STORAGE_ERRORS:
+            raise
+        print(f"error: {e.filename}: {e.strerror}: free space or point trainer.output_dir elsewhere", file=sys.stderr)
         return 2
     except failures as e:
         print(f"error: {e}", file=sys.stderr)

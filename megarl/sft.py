@@ -5,16 +5,19 @@ recipe takes as its `model.path`."""
 from __future__ import annotations
 
 import sys
+from functools import partial
 from typing import Sequence
 
 from megarl.config import SFT_RECIPE, check_inputs_exist
 from megarl.config.sft_schema import SFTConfig
+from megarl.data.sft_dataset import check_sft_columns
 from megarl.recipe_command import run_recipe_command
 from parallel.controller import WorkerError, resolve_launcher
 
 
 def check_runnable(cfg: SFTConfig) -> None:
-    check_inputs_exist([("model.path", cfg.model.path)], cfg.data.train_files, cfg.data.val_files)
+    check_inputs_exist([("model.path", cfg.model.path)], cfg.data.train_files, cfg.data.val_files,
+                       partial(check_sft_columns, prompt_key=cfg.data.prompt_key, response_key=cfg.data.response_key))
 
 
 def describe(cfg: SFTConfig) -> str:

@@ -3,21 +3,30 @@
 from __future__ import annotations
 
 import sys
+from functools import partial
 from typing import Sequence
 
-from megarl.config import RL_RECIPE, MegaRLConfig, check_inputs_exist
+from megarl.config import RL_RECIPE, ConfigError, MegaRLConfig, check_inputs_exist
+from megarl.data.dataset import check_rl_columns
 from megarl.placement import describe_placement
 from megarl.recipe_command import run_recipe_command
+from megarl.rewards.function import RewardFunctionSpecError, load_reward_function
 from megarl.rewards.scorer import RewardFunctionError
 from parallel.controller import WorkerError
 
 
 def check_runnable(cfg: MegaRLConfig) -> None:
-    """What a run needs on disk: the model directories and the data files."""
+    """What a run needs on disk: the model directories, the data files (their columns) and the reward function
+    (imported here, so that a missing name or an import error inside it stops `--dry-run` too)."""
     models = [("model.path", cfg.model.path)]
     if cfg.use_critic and cfg.critic.model.path != cfg.model.path:
         models.append(("critic.model.path", cfg.critic.model.path))
-    check_inputs_exist(models, cfg.data.train_files, cfg.data.val_files)
+    check_inputs_exist(models, cfg.data.train_files, cfg.data.val_files,
+                       partial(check_rl_columns, prompt_key=cfg.data.prompt_key))
+    try:
+        load_reward_function(cfg.reward.function)
+    except RewardFunctionSpecError as e:
+        raise ConfigError(str(e)) from e
 
 
 def run(cfg: MegaRLConfig) -> None:

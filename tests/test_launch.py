@@ -71,3 +71,13 @@ def test_ray_submit_sh_runs_a_job_on_a_running_cluster(model_dir, tmp_path):
     assert "succeeded" in proc.stdout + proc.stderr
     result = json.loads((tmp_path / "out.json").read_text())
     assert result["launcher"] == "ray" and [w["rank"] for w in result["workers"]] == [0, 1]
+
+
+def test_torchrun_sh_stops_a_recipe_mistake_with_one_line(tmp_path):
+    env = {**os.environ, "NPROC_PER_NODE": "2", "MASTER_PORT": str(free_port())}
+    proc = subprocess.run([str(REPO_ROOT / "launch/torchrun.sh"), "--recipe", "recipes/tiny_cpu_grpo.yaml",
+                           "rollout.nn=2", f"trainer.output_dir={tmp_path}"],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: override: unknown key 'rollout.nn'")
+    assert "Traceback" not in proc.stderr and "ChildFailedError" not in proc.stderr

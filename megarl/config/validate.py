@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Callable
 
 from megarl.algorithms import ADV_ESTIMATORS, KL_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSSES
 from megarl.config.loader import ConfigError
 from megarl.config.schema import MegaRLConfig, MegatronConfig, RunConfig
-from megarl.data.dataset import TRUNCATIONS
+from megarl.data.dataset import TRUNCATIONS, DataError
 from megarl.models.shapes import heads_split_problem
 from megarl.registry import did_you_mean
 from megarl.rewards.function import RewardFunctionSpecError, check_reward_function_spec
@@ -252,9 +253,11 @@ def _check_algorithm(cfg: MegaRLConfig, problems: list[str]) -> None:
         )
 
 
-def check_inputs_exist(models: list[tuple[str, str | None]], train_files: list[str], val_files: list[str]) -> None:
+def check_inputs_exist(models: list[tuple[str, str | None]], train_files: list[str], val_files: list[str],
+                       check_file: Callable[[Path], None]) -> None:
     """What a run needs on disk, checked apart from `validate_config` so that a recipe loads without it: the
-    model directories (config key, path) and the data files."""
+    model directories (config key, path) and the data files, each of which `check_file` reads (raising
+    DataError when it cannot feed the run)."""
     problems = []
     for key, path in models:
         if not path:
@@ -267,11 +270,26 @@ def check_inputs_exist(models: list[tuple[str, str | None]], train_files: list[s
     if not train_files:
         problems.append("data.train_files is empty: set it to your parquet file(s), e.g. from `megarl preprocess`")
     for key, files in (("data.train_files", train_files), ("data.val_files", val_files)):
-        for file in files:
-            if not Path(file).expanduser().is_file():
-                problems.append(f"{key}: {file} does not exist (make it with `megarl preprocess`)")
+        problems += [f"{key}: {problem}" for problem in _data_file_problems(files, check_file)]
     if problems:
         raise ConfigError(problems)
+
+
+def _data_file_problems(files: list[str], check_file: Callable[[Path], None]) -> list[str]:
+    problems = []
+    for file in files:
+        path = Path(file).expanduser()
+        if path.is_dir():
+            found = ", ".join(str(p) for p in sorted(path.glob("*.parquet"))) or "it holds none"
+            problems.append(f"{file} is a directory: list its parquet files ({found})")
+        elif not path.is_file():
+            problems.append(f"{file} does not exist (make it with `megarl preprocess`)")
+        else:
+            try:
+                check_file(path)
+            except DataError as e:
+                problems.append(str(e))
+    return problems
 
 
 def read_hf_config(path: str | None) -> dict | None:

@@ -139,15 +139,29 @@ def read_parquet(path: Path) -> pa.Table:
     return table
 
 
-def _read_table(path: Path, prompt_key: str) -> datasets.Dataset:
-    table = read_parquet(path)
-    missing = [c for c in (prompt_key, *REQUIRED_COLUMNS) if c not in table.column_names]
+def parquet_schema(path: Path) -> pa.Schema:
+    """The schema of the parquet file at `path`, from its footer (the rows are not read)."""
+    try:
+        return pq.read_schema(path)
+    except (pa.ArrowException, OSError) as e:
+        raise DataError(f"{path} is not a readable parquet file: {e}") from e
+
+
+def check_rl_columns(path: Path, prompt_key: str) -> None:
+    """Raise DataError unless the parquet file at `path` has the RL dataset's columns."""
+    names = parquet_schema(path).names
+    missing = [c for c in (prompt_key, *REQUIRED_COLUMNS) if c not in names]
     if missing:
         raise DataError(
-            f"{path}: missing column(s) {missing}; it has {table.column_names}. Rows need verl's schema "
+            f"{path}: missing column(s) {missing}; it has {names}. Rows need verl's schema "
             f"({prompt_key}, data_source, reward_model.ground_truth); `megarl preprocess` writes it"
             + (", or set data.prompt_key to the prompt column" if prompt_key in missing else "")
         )
+
+
+def _read_table(path: Path, prompt_key: str) -> datasets.Dataset:
+    table = read_parquet(path)
+    check_rl_columns(path, prompt_key)
     reward_type = table.schema.field("reward_model").type
     if not (pa.types.is_struct(reward_type) and reward_type.get_field_index("ground_truth") >= 0):
         raise DataError(f"{path}: column reward_model must be a struct with a ground_truth field, got {reward_type}")

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import pyarrow as pa
 import torch
 
-from megarl.data.dataset import TRUNCATIONS, DataError, encode_prompt, read_parquet
+from megarl.data.dataset import TRUNCATIONS, DataError, encode_prompt, parquet_schema, read_parquet
 from parallel.batch import Batch
 
 logger = logging.getLogger(__name__)
@@ -70,19 +70,32 @@ class SFTDataset:
         return {"prompt_ids": self.prompt_ids[index], "response_ids": self.response_ids[index]}
 
 
-def column(table: pa.Table, key: str, config_key: str, file: Path) -> list[Any]:
-    """The values at `key` (a column, or a dotted path into struct columns) of every row."""
+def check_column(schema: pa.Schema, key: str, config_key: str, file: Path) -> None:
+    """Raise DataError unless `key` (a column, or a dotted path into struct columns) is in `schema`."""
     first, *fields = key.split(".")
-    if first not in table.column_names:
-        raise DataError(f"{file}: no column {first!r} for {config_key}={key}; it has {table.column_names}. "
+    if first not in schema.names:
+        raise DataError(f"{file}: no column {first!r} for {config_key}={key}; it has {schema.names}. "
                         f"Set {config_key} to the column (a dotted path reaches into struct columns)")
-    kind, path = table.schema.field(first).type, first
+    kind, path = schema.field(first).type, first
     for name in fields:
         if not (pa.types.is_struct(kind) and kind.get_field_index(name) >= 0):
             have = [kind.field(i).name for i in range(kind.num_fields)] if pa.types.is_struct(kind) else []
             raise DataError(f"{file}: {path} has no field {name!r} for {config_key}={key}"
                             + (f"; its fields are {have}" if have else f"; it is {kind}, not a struct"))
         kind, path = kind.field(name).type, f"{path}.{name}"
+
+
+def check_sft_columns(path: Path, prompt_key: str, response_key: str) -> None:
+    """Raise DataError unless the parquet file at `path` has the SFT dataset's prompt and response."""
+    schema = parquet_schema(path)
+    check_column(schema, prompt_key, "data.prompt_key", path)
+    check_column(schema, response_key, "data.response_key", path)
+
+
+def column(table: pa.Table, key: str, config_key: str, file: Path) -> list[Any]:
+    """The values at `key` (a column, or a dotted path into struct columns) of every row."""
+    check_column(table.schema, key, config_key, file)
+    first, *fields = key.split(".")
     values = table.column(first).to_pylist()
     for name in fields:
         values = [value[name] if value is not None else None for value in values]

@@ -94,11 +94,13 @@ def load_training_checkpoint(model, directory: str | Path) -> None:
     _restore_adam_steps(model.optimizer)
     model.scheduler.load_state_dict(state["scheduler"])
     rank_file = directory / "rng" / f"rank_{dist.get_rank():05d}.json"
-    if saved.get("world_size") == dist.get_world_size() and rank_file.is_file():
-        rng.restore(json.loads(rank_file.read_text()))
-    else:
+    if saved.get("world_size") != dist.get_world_size():
         logger.warning("%s was saved by %s ranks, this run has %d: random number generators start afresh",
                        directory, saved.get("world_size"), dist.get_world_size())
+    elif not rank_file.is_file():
+        logger.warning("%s is missing: this rank's random number generators start afresh", rank_file)
+    else:
+        rng.restore(json.loads(rank_file.read_text()))
 
 
 def checkpoint_role(directory: str | Path) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Iterable
@@ -31,6 +32,7 @@ def write_hf_checkpoint(tensors: Iterable[tuple[str, torch.Tensor]], out: str | 
     def flush():
         files.append(out / f"model-{len(files) + 1:05d}.safetensors")
         save_file(shard, str(files[-1]), metadata={"format": "pt"})
+        files[-1].chmod(_default_file_mode())  # safetensors writes 0600; a model directory is shared
         weight_map.update({name: files[-1].name for name in shard})
         shard.clear()
 
@@ -52,6 +54,19 @@ def write_hf_checkpoint(tensors: Iterable[tuple[str, torch.Tensor]], out: str | 
     )
 
 
+def _default_file_mode() -> int:
+    """The mode a new file gets from this process's umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def held_model_files(out: str | Path) -> list[Path]:
+    """The model files (weights, their index, config) already in directory `out`."""
+    out = Path(out)
+    return sorted([*out.glob("*.safetensors"), *out.glob("*.safetensors.index.json"), *out.glob("config.json")])
+
+
 def export_checkpoint(checkpoint: str | Path, out: str | Path, tp: int = 1, pp: int = 1) -> None:
     from megarl.models.checkpoint import checkpoint_role, copy_hf_metadata, load_model_checkpoint
     from megarl.models.roles import build_frozen
@@ -66,6 +81,8 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, tp: int = 1, pp: 
     load_model_checkpoint(model, checkpoint)
     tensors = model.export_hf()
     if dist.get_rank() == 0:
+        for path in held_model_files(out):  # --force, once the checkpoint has loaded: no stale shards beside it
+            path.unlink()
         write_hf_checkpoint(tensors, out)
         copy_hf_metadata(hf_dir, out)
     else:
@@ -81,8 +98,15 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, help="the HF checkpoint directory to write")
     parser.add_argument("--tp", type=int, default=1, help="tensor parallel size to load with (under torchrun)")
     parser.add_argument("--pp", type=int, default=1, help="pipeline parallel size to load with (under torchrun)")
+    parser.add_argument("--force", action="store_true", help="replace the model files already in --out")
     args = parser.parse_args(argv)
     from megarl.models.checkpoint import CheckpointError
+
+    held = held_model_files(args.out)
+    if held and not args.force:
+        print(f"error: --out {args.out} already holds a model ({', '.join(p.name for p in held)}): choose another "
+              "directory, or pass --force to replace it", file=sys.stderr)
+        return 2
 
     try:
         export_checkpoint(args.checkpoint, args.out, args.tp, args.pp)

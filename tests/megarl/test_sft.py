@@ -27,10 +27,16 @@ def runnable(tmp_path):
 
 
 def test_dry_run_writes_the_resolved_config(runnable, tmp_path, capsys):
+    runnable = [*runnable, "data.response_key=solution"]  # the dry run reads the data files' columns
     assert main(["--dry-run", *runnable]) == 0
     written = tmp_path / "run" / "config.yaml"
     assert f"resolved config written to {written}" in capsys.readouterr().out
     assert load_config(written, schema=SFT_RECIPE) == load_config(overrides=runnable, schema=SFT_RECIPE)
+
+
+def test_dry_run_reads_the_data_files_columns(runnable, capsys):
+    assert main(["--dry-run", *runnable]) == 2
+    assert "extra_info has no field 'answer' for data.response_key=extra_info.answer" in capsys.readouterr().err
 
 
 def test_bad_inputs_are_errors_naming_the_fix(runnable, tmp_path, capsys):

@@ -58,3 +58,33 @@ def test_a_resume_path_that_is_no_checkpoint_is_an_error_before_anything_starts(
     absent = tmp_path / "run" / "checkpoints" / "global_step_5"
     assert main([*runnable, "trainer.resume_mode=resume_path", f"trainer.resume_from_path={absent}"]) == 2
     assert f"error: trainer.resume_from_path={absent} does not exist" in capsys.readouterr().err
+
+
+def test_dry_run_reads_the_data_files_and_the_reward_function(runnable, tmp_path, capsys):
+    no_prompt = tmp_path / "no_prompt.parquet"
+    datasets.Dataset.from_list([{"data_source": "openai/gsm8k", "question": "q",
+                                 "reward_model": {"ground_truth": "1"}}]).to_parquet(str(no_prompt))
+    assert main(["--dry-run", *runnable, f"data.train_files=[{no_prompt}]"]) == 2
+    assert "missing column(s) ['prompt']" in capsys.readouterr().err
+    text = tmp_path / "notes.parquet"
+    text.write_text("not parquet at all")
+    assert main(["--dry-run", *runnable, f"data.val_files=[{text}]"]) == 2
+    assert f"data.val_files: {text} is not a readable parquet file" in capsys.readouterr().err
+    assert main(["--dry-run", *runnable, f"data.train_files=[{tmp_path}]"]) == 2
+    assert f"data.train_files: {tmp_path} is a directory: list its parquet files ({tmp_path / 'no_prompt.parquet'}" \
+        in capsys.readouterr().err
+    rewards = tmp_path / "rewards.py"
+    rewards.write_text("def score(**kwargs):\n    return 1.0\n")
+    assert main(["--dry-run", *runnable, f"reward.function={rewards}:scor"]) == 2
+    assert "has no function 'scor'; it defines: score" in capsys.readouterr().err
+    rewards.write_text("import not_a_module\n")
+    assert main(["--dry-run", *runnable, f"reward.function={rewards}:score"]) == 2
+    assert "importing" in capsys.readouterr().err
+
+
+def test_an_output_dir_that_cannot_be_written_is_one_line(runnable, tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    assert main(["--dry-run", *runnable, f"trainer.output_dir={blocker / 'run'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: trainer.output_dir={blocker / 'run'} cannot be written") and err.count("\n") == 1

@@ -1,9 +1,10 @@
 import json
+import os
 
 import torch
 from safetensors.torch import load_file
 
-from megarl.models.export import write_hf_checkpoint
+from megarl.models.export import main, write_hf_checkpoint
 
 
 def test_shards_are_written_as_they_fill_and_indexed(tmp_path):
@@ -19,3 +20,26 @@ def test_shards_are_written_as_they_fill_and_indexed(tmp_path):
     assert all(torch.equal(loaded[name], tensor) for name, tensor in tensors)
     write_hf_checkpoint(iter(tensors), tmp_path / "single")
     assert sorted(p.name for p in (tmp_path / "single").iterdir()) == ["model.safetensors"]
+
+
+def test_model_files_are_readable_as_the_umask_allows(tmp_path):
+    write_hf_checkpoint(iter([("w", torch.zeros(2))]), tmp_path / "out")
+    assert (tmp_path / "out" / "model.safetensors").stat().st_mode & 0o777 == 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_export_refuses_to_overwrite_a_model_unless_forced(tmp_path, capsys):
+    out = tmp_path / "hf"
+    out.mkdir()
+    (out / "config.json").write_text("{}")
+    assert main(["--checkpoint", str(tmp_path / "absent"), "--out", str(out)]) == 2
+    assert f"--out {out} already holds a model (config.json)" in capsys.readouterr().err
+    # --force goes on to the checkpoint, and a checkpoint that cannot load leaves the old model as it was
+    assert main(["--checkpoint", str(tmp_path / "absent"), "--out", str(out), "--force"]) == 2
+    assert "is not a megarl model checkpoint" in capsys.readouterr().err
+    assert (out / "config.json").read_text() == "{}"
