@@ -6,14 +6,40 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
+import signal
 import sys
+from contextlib import contextmanager
 from typing import Any, Callable, Sequence
 
 from megarl.config import ConfigError, RecipeSchema, describe_keys, load_config, save_config
 from megarl.data.dataset import DataError
+from parallel.controller import stop_runtime
 
 # Where a run cannot write (a full or read-only disk, no permission): the cause is the environment, not a bug.
 STORAGE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+class Stopped(Exception):
+    """The run was asked to stop: SIGTERM (`kill`, SLURM's preemption or time limit, torchrun stopping its ranks)."""
+
+
+@contextmanager
+def _stop_on_sigterm():
+    """SIGTERM becomes `Stopped`, raised in the driver's main thread, so the workers are shut down on the way out.
+    Ray's driver turns SIGTERM into SystemExit(SIGTERM): that is a stop too."""
+    def stop(signum, frame):
+        raise Stopped(f"stopped by {signal.Signals(signum).name}")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    except SystemExit as e:
+        if e.code != signal.SIGTERM:
+            raise
+        raise Stopped("stopped by SIGTERM") from e
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run_recipe_command(argv: Sequence[str] | None, schema: RecipeSchema, description: str, *,
@@ -46,7 +72,16 @@ def run_recipe_command(argv: Sequence[str] | None, schema: RecipeSchema, descrip
     if args.dry_run:
         return 0
     try:
-        run(cfg)
+        with _stop_on_sigterm():
+            run(cfg)
+    except Stopped as e:
+        stop_runtime()
+        print(f"error: {e}; starting the same command again resumes from the last checkpoint "
+              "(trainer.resume_mode=auto)", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        # The workers are shut down and the outputs closed; interpreter teardown after a signal that Ray's C++
+        # handler also saw ends in abort() (exit 134), so leave now with the shell's code for SIGTERM.
+        os._exit(128 + signal.SIGTERM)
     except (ConfigError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

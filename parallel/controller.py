@@ -14,6 +14,7 @@ method declares (parallel/dispatch.py). The RL loop sees only handles, so it can
 from __future__ import annotations
 
 import os
+import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -119,6 +120,14 @@ class Cluster:
 
     def __exit__(self, *exc) -> None:
         self.shutdown()
+
+
+def stop_runtime() -> None:
+    """End this process's connection to Ray (and a local Ray it started) now rather than at exit, so that nothing
+    Ray prints late comes after the run's last line."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
 
 
 def under_torchrun() -> bool:

@@ -41,7 +41,8 @@ class MegatronConfig:
     context_parallel_size: int = 1
     param_offload: bool = False  # not implemented yet (a recipe that sets it is refused)
     grad_offload: bool = False  # not implemented yet (a recipe that sets it is refused)
-    optimizer_offload: bool = False  # Adam state and its step on the CPU (megatron HybridDeviceOptimizer)
+    # megatron's optimizer_cpu_offload, with its offload fraction still 0: it moves nothing yet (issue #13)
+    optimizer_offload: bool = False
     recompute_granularity: Optional[str] = None  # None | full | selective
 
     @property
@@ -154,6 +155,8 @@ class AlgorithmConfig:
 class RewardConfig:
     function: Optional[str] = None  # path/to/file.py:function or package.module:function; None: rules by data_source
     kwargs: Dict[str, Any] = field(default_factory=dict)  # extra keyword arguments for the function
+    timeout_s: float = 60.0  # a function call running longer scores 0 (reward/num_timeouts); its process is replaced
+    workers: int = 8  # processes that run reward.function (rule rewards run in the driver: they cannot hang)
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,7 @@ def _check_sizes(cfg: MegaRLConfig, problems: list[str]) -> None:
         "rollout.n": cfg.rollout.n,
         "rollout.val_kwargs.n": cfg.rollout.val_kwargs.n,
         "rollout.tensor_model_parallel_size": cfg.rollout.tensor_model_parallel_size,
+        "reward.workers": cfg.reward.workers,
         **run_sizes(cfg.trainer),
     }
     if cfg.use_critic and cfg.critic.enable_resource_pool:
@@ -105,6 +106,9 @@ def _check_sizes(cfg: MegaRLConfig, problems: list[str]) -> None:
     limit = cfg.rollout.max_logprob_mult_error
     if limit is not None and limit <= 1:
         problems.append(f"rollout.max_logprob_mult_error={limit} must be > 1 (1 is exact agreement), e.g. 1.05")
+    if not cfg.reward.timeout_s > 0:
+        problems.append(f"reward.timeout_s={cfg.reward.timeout_s} must be > 0 (seconds one reward.function call may "
+                        "run), e.g. 60")
     if not 0 < cfg.rollout.gpu_memory_utilization < 1:
         problems.append(f"rollout.gpu_memory_utilization={cfg.rollout.gpu_memory_utilization} must be in (0, 1)")
 
@@ -138,8 +142,7 @@ def check_megatron_choices(problems: list[str], key: str, megatron: MegatronConf
     check_choice(problems, f"{key}.recompute_granularity", megatron.recompute_granularity, RECOMPUTE_GRANULARITIES)
     for offload in ("param_offload", "grad_offload"):
         if getattr(megatron, offload):
-            problems.append(f"{key}.{offload} is not implemented yet: set it to false "
-                            f"({key}.optimizer_offload=true moves the optimizer state to host memory)")
+            problems.append(f"{key}.{offload} is not implemented yet: set it to false (issue #13 builds the offloads)")
 
 
 def megatron_sizes(key: str, megatron: MegatronConfig) -> dict[str, int]:

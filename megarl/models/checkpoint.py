@@ -17,16 +17,20 @@ from __future__ import annotations
 
 import json
 import logging
+import pickle
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from megatron.core import dist_checkpointing, parallel_state
+from megatron.core.dist_checkpointing.core import CheckpointingException
 from megatron.core.dist_checkpointing.dict_utils import nested_values
 from megatron.core.dist_checkpointing.mapping import ShardedTensor, apply_factories
 from megatron.core.optimizer.distrib_optimizer import HAVE_APEX_OR_TE
 from megatron.core.utils import unwrap_model
+from torch.distributed.checkpoint.api import CheckpointException
 
 from megarl import rng
 
@@ -88,7 +92,8 @@ def load_training_checkpoint(model, directory: str | Path) -> None:
         )
     _load_model(model, directory)
     _allocate_optimizer_state(model.optimizer)
-    state = dist_checkpointing.load(_optimizer_state(model, is_loading=True), str(directory / "optimizer"))
+    with _reading(directory / "optimizer"):
+        state = dist_checkpointing.load(_optimizer_state(model, is_loading=True), str(directory / "optimizer"))
     with torch.no_grad():  # fp32 training: the optimizer's main parameters are views of the model's
         model.optimizer.load_state_dict(state["optimizer"])
     _restore_adam_steps(model.optimizer)
@@ -158,9 +163,35 @@ def _load_model(model, directory: Path) -> None:
     model_dir = directory / "model"
     if not model_dir.is_dir():
         raise FileNotFoundError(f"{directory} is not a megarl model checkpoint (no model/ directory)")
-    _check_shapes(_model_state(model), model_dir, model.bridge.hf_path)
-    state = dist_checkpointing.load(_model_state(model), str(model_dir))
+    with _reading(model_dir):
+        _check_shapes(_model_state(model), model_dir, model.bridge.hf_path)
+        state = dist_checkpointing.load(_model_state(model), str(model_dir))
     unwrap_model(model.chunks[0]).load_state_dict(state, strict=False)
+
+
+@contextmanager
+def _reading(part_dir: Path):
+    """Name the directory in a failure to read it: torch reports a shard cut short as a bare EOFError inside a
+    CheckpointException (a BaseException, which `except Exception` misses) with no file named."""
+    try:
+        yield
+    except CheckpointError:
+        raise
+    except (CheckpointException, CheckpointingException, EOFError, pickle.UnpicklingError, OSError, RuntimeError,
+            ValueError) as e:
+        raise CheckpointError(
+            f"{part_dir} cannot be read ({_cause(e)}): a file in it is damaged or cut short. Load an earlier "
+            "checkpoint (to resume a run: trainer.resume_mode=resume_path trainer.resume_from_path=<an earlier "
+            "global_step_K>)"
+        ) from e
+
+
+def _cause(error: BaseException) -> str:
+    where = ""
+    if isinstance(error, CheckpointException):  # one failure per rank that failed: the first tells
+        rank, (error, _) = next(iter(error.failures.items()))
+        where = f" on rank {rank}"
+    return f"{type(error).__name__}{where}" + (f": {error}" if str(error) else "")
 
 
 def _check_shapes(sharded: dict, model_dir: Path, hf_path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numbers
+from math import isfinite
 from typing import Any, Callable
 
 from megarl.registry import Registry
@@ -25,6 +27,27 @@ def default_compute_score(
 ) -> float | dict:
     """Score with the rule registered for `data_source`; `kwargs` (recipe `reward.kwargs`) go to it.
 
-    An unknown data_source raises UnknownNameError listing the known ones.
+    An unknown data_source raises UnknownNameError listing the known ones; a ground truth the rules cannot compare
+    raises GroundTruthError.
     """
-    return RULE_SCORERS.get(data_source)(solution_str, ground_truth, **kwargs)
+    scorer = RULE_SCORERS.get(data_source)
+    return scorer(solution_str, rule_ground_truth(data_source, ground_truth), **kwargs)
+
+
+class GroundTruthError(ValueError):
+    """A sample's ground truth is missing or of a type the rule scorers cannot compare with an answer."""
+
+
+def rule_ground_truth(data_source: str, ground_truth: Any) -> str:
+    """`ground_truth` as the answer string the rule scorers compare: strings as they are, whole numbers without a
+    fractional part (an int column read back as floats must still match "#### 72"), other finite numbers as
+    written. Anything else would score 0 on every response, so it raises GroundTruthError instead."""
+    if isinstance(ground_truth, str) and ground_truth.strip():
+        return ground_truth
+    if isinstance(ground_truth, numbers.Real) and not isinstance(ground_truth, bool) and isfinite(ground_truth):
+        return str(int(ground_truth)) if float(ground_truth).is_integer() else str(ground_truth)
+    raise GroundTruthError(
+        f"data_source {data_source!r}: ground truth {ground_truth!r} ({type(ground_truth).__name__}) is not an "
+        "answer the rule scorer can compare: set reward_model.ground_truth to the answer as a non-empty string "
+        "(e.g. '72'), as `megarl preprocess` writes it"
+    )

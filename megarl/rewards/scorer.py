@@ -1,24 +1,22 @@
-"""Score a batch of responses: decode, call the reward function per sample, place each score on the
-response's last valid token."""
+"""Score a batch of responses: decode, score each sample (rules in this process, a user's function in a pool of
+worker processes), place each score on the response's last valid token."""
 
 from __future__ import annotations
 
 import logging
-import math
-import numbers
-import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import torch
 
-from megarl.registry import UnknownNameError
+from megarl.rewards.outcome import Outcome, RewardFunctionError, call_reward
+from megarl.rewards.pool import RewardPool
+from megarl.rewards.registry import GroundTruthError, default_compute_score
+
+if TYPE_CHECKING:
+    from megarl.config.schema import RewardConfig
 
 logger = logging.getLogger(__name__)
-
-
-class RewardFunctionError(RuntimeError):
-    """The reward function failed on every sample of a batch: a bug, not a flaky sample."""
 
 
 @dataclass
@@ -27,27 +25,53 @@ class RewardResult:
     scores: torch.Tensor  # [batch]
     extra_info: dict[str, list] = field(default_factory=dict)  # extra keys of dict-returning functions
     num_errors: int = 0
+    num_timeouts: Optional[int] = None  # None: scored in the driver, where nothing times out (and no metric)
 
     @property
     def metrics(self) -> dict[str, float]:
-        return {"reward/num_errors": float(self.num_errors)}
+        metrics = {"reward/num_errors": float(self.num_errors)}
+        if self.num_timeouts is not None:
+            metrics["reward/num_timeouts"] = float(self.num_timeouts)
+        return metrics
 
 
 class RewardScorer:
-    """Calls `compute_score` on each decoded response.
+    """Scores each decoded response with `compute_score` in this process, or in `pool`'s worker processes.
 
     A sample whose reward function raises (or returns something that is not a finite number) scores 0, is
     logged with its data_source, ground truth, response tail and traceback (the first `max_logged_errors`
-    of a batch), and is counted in `reward/num_errors`. If every sample of a batch fails, the function is
-    broken: RewardFunctionError stops the run before the batch can update the model. An unknown data_source
-    is a data error and propagates at once.
+    of a batch), and is counted in `reward/num_errors`; one that runs past the pool's timeout scores 0, is logged
+    and counted in `reward/num_timeouts`. If every sample of a batch fails, the function (or the data's ground
+    truth) is broken: RewardFunctionError stops the run before the batch can update the model. An unknown
+    data_source is a data error and propagates at once. Close the scorer (or use it as a context) to end a pool.
     """
 
-    def __init__(self, tokenizer, compute_score: Callable, kwargs: dict | None = None, max_logged_errors: int = 3):
+    def __init__(self, tokenizer, compute_score: Callable | None = None, kwargs: dict | None = None,
+                 max_logged_errors: int = 3, pool: RewardPool | None = None):
+        if (compute_score is None) == (pool is None):
+            raise TypeError("RewardScorer takes exactly one of compute_score (run in this process) and pool")
         self.tokenizer = tokenizer
-        self.compute_score = compute_score
+        self.compute_score, self.pool = compute_score, pool
         self.kwargs = dict(kwargs or {})
         self.max_logged_errors = max_logged_errors
+
+    @classmethod
+    def from_config(cls, tokenizer, reward: RewardConfig) -> RewardScorer:
+        """Rule rewards score here: our scorers cannot hang, and a pool would cost its start and a round trip per
+        sample for nothing. A user's function (`reward.function`) runs in a RewardPool."""
+        if reward.function is None:
+            return cls(tokenizer, default_compute_score, reward.kwargs)
+        return cls(tokenizer, pool=RewardPool(reward.function, reward.kwargs, reward.timeout_s, reward.workers))
+
+    def __enter__(self) -> RewardScorer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
 
     def __call__(
         self,
@@ -65,52 +89,56 @@ class RewardScorer:
         texts = self.tokenizer.batch_decode(
             [row[:n].tolist() for row, n in zip(responses, lengths)], skip_special_tokens=True
         )
-        scores = torch.zeros(batch, dtype=torch.float32, device=responses.device)
+        samples = [{"data_source": source, "solution_str": text, "ground_truth": truth, "extra_info": info}
+                   for source, text, truth, info in zip(data_sources, texts, ground_truths, extra_infos)]
+        if self.pool is not None:
+            outcomes = self.pool.map(samples)
+        else:
+            outcomes = [call_reward(self.compute_score, sample, self.kwargs) for sample in samples]
+        num_errors, num_timeouts = self._report(outcomes, samples)
+        scores = torch.tensor([o.score for o in outcomes], dtype=torch.float32, device=responses.device)
         extra: dict[str, list] = {}
-        errors: list[int] = []
-        for i, text in enumerate(texts):
-            try:
-                score, sample_extra = _as_score(
-                    self.compute_score(
-                        data_source=data_sources[i],
-                        solution_str=text,
-                        ground_truth=ground_truths[i],
-                        extra_info=extra_infos[i],
-                        **self.kwargs,
-                    )
-                )
-            except UnknownNameError:
-                raise
-            except Exception as exc:
-                errors.append(i)
-                if len(errors) <= self.max_logged_errors:
-                    logger.warning(
-                        "reward function failed on sample %d (data_source=%r, ground_truth=%r, response tail=%r):\n%s",
-                        i, data_sources[i], ground_truths[i], text[-200:], traceback.format_exc(),
-                    )
-                if len(errors) == batch:
-                    raise RewardFunctionError(
-                        f"the reward function failed on all {batch} samples of the batch; first failure: {exc!r}"
-                    ) from exc
-                continue
-            scores[i] = score
-            for key, value in sample_extra.items():
+        for i, outcome in enumerate(outcomes):
+            for key, value in outcome.extra.items():
                 extra.setdefault(key, [None] * batch)[i] = value
         token_level_scores = torch.zeros(responses.shape, dtype=torch.float32, device=responses.device)
         rows = [i for i, n in enumerate(lengths) if n > 0]
         token_level_scores[rows, [lengths[i] - 1 for i in rows]] = scores[rows]
-        return RewardResult(token_level_scores, scores, extra, len(errors))
+        return RewardResult(token_level_scores, scores, extra, num_errors,
+                            num_timeouts if self.pool is not None else None)
+
+    def _report(self, outcomes: list[Outcome], samples: list[dict]) -> tuple[int, int]:
+        """Log the first failures and timeouts; (errors, timeouts), unless every sample failed: then raise."""
+        errors = [i for i, o in enumerate(outcomes) if o.error is not None]
+        timeouts = [i for i, o in enumerate(outcomes) if o.timed_out]
+        for i in errors[: self.max_logged_errors]:
+            logger.warning(
+                "reward function failed on sample %d (data_source=%r, ground_truth=%r, response tail=%r):\n%s",
+                i, *_where(samples[i]), outcomes[i].details or f"{outcomes[i].error_type}: {outcomes[i].error}",
+            )
+        for i in timeouts[: self.max_logged_errors]:
+            logger.warning(
+                "reward function ran past reward.timeout_s=%s on sample %d (data_source=%r, ground_truth=%r, "
+                "response tail=%r): it scores 0 and its worker process was replaced",
+                self.pool.timeout_s, i, *_where(samples[i]),
+            )
+        if outcomes and len(errors) + len(timeouts) == len(outcomes):
+            raise RewardFunctionError(self._all_failed(outcomes, errors, timeouts))
+        return len(errors), len(timeouts)
+
+    def _all_failed(self, outcomes: list[Outcome], errors: list[int], timeouts: list[int]) -> str:
+        first = outcomes[errors[0]] if errors else None
+        if not timeouts and all(outcomes[i].error_type == GroundTruthError.__name__ for i in errors):
+            return f"no sample of the batch has a usable ground truth: {first.error}"
+        reasons = []
+        if timeouts:
+            reasons.append(f"{len(timeouts)} ran past reward.timeout_s={self.pool.timeout_s}s (raise it if the "
+                           "function is slow; fix the function if it hangs)")
+        if errors:
+            reasons.append(f"{len(errors)} raised; first failure: {first.error_type}: {first.error}")
+        return f"the reward function failed on all {len(outcomes)} samples of the batch: {'; '.join(reasons)}"
 
 
-def _as_score(result: Any) -> tuple[float, dict]:
-    extra: dict = {}
-    if isinstance(result, dict):
-        if "score" not in result:
-            raise ValueError(f"a reward function returning a dict must include 'score'; got keys {sorted(result)}")
-        extra = {k: v for k, v in result.items() if k != "score"}
-        result = result["score"]
-    if isinstance(result, torch.Tensor) and result.numel() == 1:
-        result = result.item()
-    if not isinstance(result, numbers.Real) or not math.isfinite(float(result)):
-        raise ValueError(f"a reward must be a finite number, got {result!r}")
-    return float(result), extra
+def _where(sample: dict) -> tuple:
+    """What a log line shows of a failed sample: data_source, ground truth, the response's tail."""
+    return sample["data_source"], sample["ground_truth"], sample["solution_str"][-200:]

@@ -7,10 +7,13 @@ committed atomically, pruned to `trainer.max_ckpt_to_keep`, found again by `trai
             actor/    critic/ (PPO)     each role's weights, optimizer, LR scheduler and per-rank RNG states
                                         (megarl/models/checkpoint.py; `megarl export` reads these directories)
             trainer_state.json          the step, the data loader's position, the KL controller, the driver's RNG
+            manifest.json               every other file's size and CRC-32, written last (ckpt_manifest.py)
 
-A checkpoint is written into `global_step_{k}.partial` and renamed once every rank has finished, so a directory
-named `global_step_{k}` holding trainer_state.json (written last) is complete; a crash mid-write leaves the
-.partial, which resume ignores and the next save removes. One process (the Ray driver, or rank 0 under torchrun)
+A checkpoint is written into `global_step_{k}.partial` and renamed once every rank has finished and the driver
+has written its trainer state and manifest, so a directory named `global_step_{k}` holding trainer_state.json is
+complete; a crash mid-write leaves the .partial, which resume ignores and the next save removes. A complete
+checkpoint can still be damaged afterwards (a full disk, a copy cut short): resume checks it against its manifest
+first, and `auto` falls back to the newest one that verifies. One process (the Ray driver, or rank 0 under torchrun)
 creates, renames and deletes directories; the workers only write inside them. The output directory must be on a
 filesystem every worker process sees.
 """
@@ -21,12 +24,15 @@ import json
 import os
 import re
 import shutil
+import sys
 import time
 from pathlib import Path
 
 from megarl import rng
 from megarl.config import ConfigError
 from megarl.config.schema import MegaRLConfig
+from megarl.trainer.scaffold import tell
+from megarl.trainer.ckpt_manifest import MANIFEST, build_manifest, verify
 
 TRACKER = "latest_checkpointed_iteration.txt"
 TRAINER_STATE = "trainer_state.json"
@@ -60,35 +66,88 @@ def complete_steps(root: Path) -> list[int]:
 
 def find_resume_checkpoint(cfg: MegaRLConfig) -> Path | None:
     """The checkpoint `trainer.resume_mode` asks for: none (disable, or auto with none saved yet), the newest complete
-    one under the output directory (auto), or `trainer.resume_from_path`. Runs before any worker starts, so a wrong
-    path fails at once."""
-    mode, root = cfg.trainer.resume_mode, checkpoints_root(cfg)
+    one under the output directory that verifies (auto), or `trainer.resume_from_path`. Runs before any worker
+    starts, so a wrong path or a damaged checkpoint fails at once, naming the file."""
+    mode = cfg.trainer.resume_mode
     if mode == "disable":
         return None
-    if mode == "resume_path":
-        path = Path(cfg.trainer.resume_from_path).expanduser()
-        if not path.is_dir():
-            raise ConfigError(f"trainer.resume_from_path={path} does not exist")
-    else:
-        steps = complete_steps(root)
-        if not steps:
-            return None
-        # The newest complete directory, not the tracker's step: a crash between a checkpoint's rename and the
-        # tracker's update leaves the tracker one checkpoint behind.
-        path = step_dir(root, steps[-1])
-    if path.name.endswith(PARTIAL) or not (path / TRAINER_STATE).is_file():
-        saved = complete_steps(path.parent)
-        raise ConfigError(
-            f"trainer.resume_from_path={path} is not a complete checkpoint (no {TRAINER_STATE}): an interrupted save "
-            f"leaves global_step_K{PARTIAL} behind. Point it at a global_step_K directory; complete ones in "
-            f"{path.parent}: {', '.join(step_dir(path.parent, s).name for s in saved) or 'none'}"
-        )
+    path = _given_checkpoint(cfg) if mode == "resume_path" else _newest_intact(checkpoints_root(cfg))
+    if path is None:
+        return None
     missing = [role for role in trained_roles(cfg) if not (path / role / "role.json").is_file()]
     if missing:
         raise ConfigError(f"checkpoint {path} has no {', '.join(missing)} checkpoint, which this recipe trains "
                           f"(algorithm.adv_estimator={cfg.algorithm.adv_estimator}): resume a run of the same recipe, "
                           "or start afresh with trainer.resume_mode=disable")
     return path
+
+
+def _given_checkpoint(cfg: MegaRLConfig) -> Path:
+    """`trainer.resume_from_path`, once it is known to be a complete checkpoint that verifies."""
+    path = Path(cfg.trainer.resume_from_path).expanduser()
+    if not path.is_dir():
+        raise ConfigError(f"trainer.resume_from_path={path} does not exist")
+    others = ", ".join(step_dir(path.parent, s).name for s in complete_steps(path.parent)
+                       if step_dir(path.parent, s) != path) or "none"
+    if path.name.endswith(PARTIAL) or not (path / TRAINER_STATE).is_file():
+        raise ConfigError(
+            f"trainer.resume_from_path={path} is not a complete checkpoint (no {TRAINER_STATE}): an interrupted save "
+            f"leaves global_step_K{PARTIAL} behind. Point it at a global_step_K directory; complete ones in "
+            f"{path.parent}: {others}"
+        )
+    problem = _damage(path)
+    if problem:
+        raise ConfigError(f"trainer.resume_from_path={path} is damaged: {problem}. Point it at an earlier "
+                          f"global_step_K (complete ones in {path.parent}: {others}), or set trainer.resume_mode=auto "
+                          "to resume from the newest checkpoint under trainer.output_dir that verifies")
+    return path
+
+
+def _newest_intact(root: Path) -> Path | None:
+    """The newest complete checkpoint under `root` that verifies, with a warning for each newer one skipped; None
+    when there is none. When every one is damaged the run stops: starting afresh would throw the run's progress
+    away (and pruning would then delete the damaged checkpoints, which a backup may repair), while an error makes a
+    requeued job fail in seconds, before any worker starts, with the reason."""
+    # The newest complete directories, not the tracker's step: a crash between a checkpoint's rename and the
+    # tracker's update leaves the tracker one checkpoint behind.
+    skipped = []
+    for step in reversed(complete_steps(root)):
+        path = step_dir(root, step)
+        problem = _damage(path)
+        if problem is None:
+            return path
+        tell(f"warning: skipping damaged checkpoint {path}: {problem}; trying the one before (it stays in place "
+              f"until this run saves step {step} again or prunes it)", sys.stderr)
+        skipped.append(path.name)
+    if skipped:
+        raise ConfigError(f"no checkpoint under {root} verifies ({', '.join(skipped)}: each damaged file is named "
+                          "above): restore the files from a copy, or start afresh in a new trainer.output_dir (or "
+                          "here with trainer.resume_mode=disable, whose saves replace and prune these)")
+    return None
+
+
+def _damage(path: Path) -> str | None:
+    """What makes the checkpoint at `path` unusable (a file, and how it is damaged), or None: its files against
+    its manifest, then its trainer state, which the driver reads itself."""
+    start = time.perf_counter()
+    verdict = verify(path)
+    if verdict.problem:
+        return verdict.problem
+    try:
+        json.loads((path / TRAINER_STATE).read_text())
+    except (OSError, ValueError) as e:
+        return f"{TRAINER_STATE} cannot be read as JSON ({e})"
+    if verdict.files:
+        tell(f"verified {path}: {verdict.files} files, {verdict.size / 1e6:.1f} MB in "
+              f"{time.perf_counter() - start:.2f} s")
+    else:
+        tell(f"{path} has no {MANIFEST} (saved before megarl wrote them, or lost since): its files are unverified")
+    return None
+
+
+def saved_step(path: Path) -> int:
+    """The step the (verified) checkpoint at `path` was saved after."""
+    return json.loads((path / TRAINER_STATE).read_text())["step"]
 
 
 class Checkpointer:
@@ -136,6 +195,9 @@ class Checkpointer:
             return
         state = {"step": step, "rng": driver_rng, **{name: obj.state_dict() for name, obj in self.state.items()}}
         _write_durably(partial / TRAINER_STATE, json.dumps(state))
+        manifest_start = time.perf_counter()  # after the roles' barriers: every rank's files are written
+        _write_durably(partial / MANIFEST, build_manifest(partial))
+        manifest_s = time.perf_counter() - manifest_start
         replaced = final.with_name(final.name + TRASH)
         if final.exists():  # saved by an earlier run that this one resumed from before this step
             shutil.rmtree(replaced, ignore_errors=True)
@@ -149,7 +211,8 @@ class Checkpointer:
                 _remove(step_dir(self.root, old))
         for leftover in [*self.root.glob(f"*{PARTIAL}"), *self.root.glob(f"*{TRASH}")]:  # of crashed saves
             shutil.rmtree(leftover, ignore_errors=True)
-        print(f"saved checkpoint {final} in {time.perf_counter() - start:.1f} s", flush=True)
+        print(f"saved checkpoint {final} in {time.perf_counter() - start:.1f} s (its manifest: {manifest_s:.2f} s)",
+              flush=True)
 
 
 def _remove(path: Path) -> None:

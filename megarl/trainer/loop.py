@@ -19,14 +19,13 @@ from megarl.config.schema import MegaRLConfig
 from megarl.data.dataset import PromptLoader, RLDataset
 from megarl.models.bridge import load_hf_config
 from megarl.placement import role_pools, start_workers
-from megarl.rewards.function import load_reward_function
 from megarl.rewards.scorer import RewardScorer
 from megarl.rollout.batch import prompt_batch
 from megarl.trainer import stages
-from megarl.trainer.checkpoint import Checkpointer, find_resume_checkpoint
+from megarl.trainer.checkpoint import Checkpointer, find_resume_checkpoint, saved_step
 from megarl.trainer.metrics import MetricsLogger, check_loggers
 from megarl.trainer.perf import perf_metrics, summarise
-from megarl.trainer.scaffold import endless, load_tokenizer, total_steps, validates_at
+from megarl.trainer.scaffold import endless, load_tokenizer, tell, total_steps, validates_at
 from megarl.trainer.validation import Validator
 from megarl.workers.actor import ActorWorker
 from megarl.workers.critic import CriticWorker
@@ -120,11 +119,15 @@ def train(cfg: MegaRLConfig) -> None:
     loader = PromptLoader(RLDataset.from_config(data.train_files, tokenizer, data), data.train_batch_size,
                           shuffle=data.shuffle, seed=cfg.trainer.seed)
     steps = total_steps(cfg.trainer, len(loader))
-    scorer = RewardScorer(tokenizer, load_reward_function(cfg.reward.function), cfg.reward.kwargs)
+    if resume_from is not None and saved_step(resume_from) >= steps:
+        tell(f"{cfg.trainer.output_dir} is already at step {saved_step(resume_from)} of {steps}: nothing to train "
+             "(raise trainer.total_training_steps or trainer.total_epochs to go on)")
+        return
+    scorer = RewardScorer.from_config(tokenizer, cfg.reward)
     kl = cfg.algorithm.kl_ctrl
     kl_controller = make_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
     validate = Validator(data, cfg.rollout.val_kwargs.n, tokenizer, scorer) if data.val_files else None
-    with start_workers(cfg) as cluster:
+    with scorer, start_workers(cfg) as cluster:  # the scorer's worker processes end with the run
         roles = spawn_roles(cluster, cfg, steps)
         checkpoints = Checkpointer(cfg, cluster.is_driver, {"actor": roles.actor, "critic": roles.critic},
                                    {"loader": loader, "kl_controller": kl_controller})

@@ -1,8 +1,10 @@
 """What the RL loop and the SFT loop share: the tokenizer (with an error that names the key to fix), the run's
-length, batches epoch after epoch, and when to validate."""
+length, batches epoch after epoch, when to validate, and printing once per run."""
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Iterator
 
 from transformers import AutoTokenizer
@@ -34,3 +36,10 @@ def endless(loader) -> Iterator:
 def validates_at(step: int, total: int, test_freq: int) -> bool:
     """Whether step `step` of `total` ends with a validation: every `test_freq` steps (-1: never) and after the last."""
     return step == total or (test_freq > 0 and step % test_freq == 0)
+
+
+def tell(line: str, stream=None) -> None:
+    """Print on the process that speaks for the run: the Ray driver, or rank 0 under torchrun, where every rank
+    runs the driver code and would repeat the line."""
+    if os.environ.get("RANK", "0") == "0":
+        print(line, file=stream or sys.stdout, flush=True)

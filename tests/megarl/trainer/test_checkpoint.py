@@ -1,9 +1,13 @@
 """The driver side of training checkpoints, on roles whose checkpoint is one file (the workers' side is
 tests/megarl/models/test_checkpoint.py, both together tests/megarl/trainer/test_resume.py): when saves happen, the
-atomic commit, pruning, which checkpoint a resume picks, the errors for a bad resume path, the restored state."""
+atomic commit, pruning, which checkpoint a resume picks, the errors for a bad resume path, the restored state; the
+manifest a save ends with, and damaged checkpoints (skipped by auto, an error as a resume path; both together in
+test_damaged_resume.py)."""
 
 import json
 import random
+import re
+import zlib
 from pathlib import Path
 
 import pytest
@@ -169,3 +173,106 @@ def test_load_restores_the_step_the_roles_and_the_driver_state(tmp_path):
     assert fresh_roles["actor"].loaded_from == str(checkpoints_root(cfg) / "global_step_3" / "actor")
     assert random.random() == expected_draw
     assert fresh.load(None) == 0
+
+
+# Damaged checkpoints: every save ends with a manifest of its files' sizes and CRC-32s, which a resume checks.
+
+def saved(tmp_path, *steps, extra=()):
+    cfg = config(tmp_path, *extra)
+    checkpoints, *_ = checkpointer(cfg)
+    for step in steps:
+        checkpoints.save(step)
+    return cfg, checkpoints_root(cfg)
+
+
+def truncate(path):
+    path.write_bytes(path.read_bytes()[:10])
+
+
+def flip_a_byte(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x20  # the same size, other bytes: only the checksum tells
+    path.write_bytes(bytes(data))
+
+
+def one_warning(capsys) -> str:
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_a_save_ends_with_a_manifest_of_every_file(tmp_path):
+    _, root = saved(tmp_path, 1)
+    manifest = json.loads((root / "global_step_1" / "manifest.json").read_text())
+    assert sorted(manifest["files"]) == ["actor/role.json", "trainer_state.json"]
+    data = (root / "global_step_1" / "trainer_state.json").read_bytes()
+    assert manifest["files"]["trainer_state.json"] == [len(data), zlib.crc32(data)]
+
+
+DAMAGES = {  # name: (what happened to global_step_2, the reason the warning gives)
+    "role file cut short": (lambda step: truncate(step / "actor" / "role.json"),
+                            r"actor/role.json has 10 bytes, the manifest says \d+"),
+    "role file changed": (lambda step: flip_a_byte(step / "actor" / "role.json"),
+                          "actor/role.json fails its CRC-32 check"),
+    "role file missing": (lambda step: (step / "actor" / "role.json").unlink(), "actor/role.json is missing"),
+    "state cut short": (lambda step: truncate(step / "trainer_state.json"),
+                        r"trainer_state.json has 10 bytes, the manifest says \d+"),
+    "state changed": (lambda step: flip_a_byte(step / "trainer_state.json"),
+                      "trainer_state.json fails its CRC-32 check"),
+    "manifest cut short": (lambda step: truncate(step / "manifest.json"), "manifest.json cannot be read"),
+}
+
+
+@pytest.mark.parametrize("damage, why", DAMAGES.values(), ids=DAMAGES)
+def test_auto_skips_a_damaged_newest_checkpoint_naming_the_file_and_keeps_it(tmp_path, capsys, damage, why):
+    cfg, root = saved(tmp_path, 1, 2)
+    damage(root / "global_step_2")
+    capsys.readouterr()
+    assert find_resume_checkpoint(cfg) == root / "global_step_1"
+    assert re.fullmatch(rf"warning: skipping damaged checkpoint {root / 'global_step_2'}: {why}.*", one_warning(capsys))
+    assert complete_steps(root) == [1, 2]  # skipped, not removed
+
+
+def test_checkpoints_saved_before_manifests_still_resume_and_say_so(tmp_path, capsys):
+    cfg, root = saved(tmp_path, 1, 2)
+    for step in (1, 2):
+        (root / f"global_step_{step}" / "manifest.json").unlink()
+    assert find_resume_checkpoint(cfg) == root / "global_step_2"
+    assert f"{root / 'global_step_2'} has no manifest.json" in capsys.readouterr().out
+    (root / "global_step_2" / "trainer_state.json").write_text('{"step": 2, "rng"')  # cut short
+    assert find_resume_checkpoint(cfg) == root / "global_step_1"
+    assert "trainer_state.json cannot be read as JSON" in one_warning(capsys)
+
+
+def test_auto_stops_when_no_checkpoint_verifies_and_removes_none(tmp_path, capsys):
+    cfg, root = saved(tmp_path, 1, 2)
+    for step in (1, 2):
+        truncate(root / f"global_step_{step}" / "actor" / "role.json")
+    with pytest.raises(ConfigError, match=rf"no checkpoint under {root} verifies \(global_step_2, global_step_1") as e:
+        find_resume_checkpoint(cfg)
+    assert "\n" not in str(e.value) and "trainer.resume_mode=disable" in str(e.value)
+    assert len(capsys.readouterr().err.splitlines()) == 2  # one warning per checkpoint skipped
+    assert complete_steps(root) == [1, 2]
+
+
+def test_a_damaged_resume_path_is_a_one_line_error_naming_the_file(tmp_path):
+    _, root = saved(tmp_path, 1, 2)
+    flip_a_byte(root / "global_step_2" / "trainer_state.json")
+    cfg = config(tmp_path, "trainer.resume_mode=resume_path", f"trainer.resume_from_path={root / 'global_step_2'}")
+    with pytest.raises(ConfigError, match=rf"resume_from_path={root / 'global_step_2'} is damaged: trainer_state.json "
+                                          r"fails its CRC-32 check.*global_step_1") as e:
+        find_resume_checkpoint(cfg)
+    assert "\n" not in str(e.value)
+
+
+def test_after_a_fallback_the_next_save_is_what_resumes(tmp_path, capsys):
+    """Pruning never removes the checkpoint just saved, which verifies: the run resumed from an older checkpoint
+    always leaves one to resume from, whatever the damaged one counts for max_ckpt_to_keep."""
+    cfg, root = saved(tmp_path, 2, 4, extra=["trainer.max_ckpt_to_keep=2"])
+    truncate(root / "global_step_4" / "actor" / "role.json")
+    assert find_resume_checkpoint(cfg) == root / "global_step_2"
+    assert "global_step_4" in one_warning(capsys)
+    checkpointer(cfg)[0].save(3)
+    assert complete_steps(root) == [3, 4]
+    assert find_resume_checkpoint(cfg) == root / "global_step_3"
+    assert "global_step_4" in one_warning(capsys)
