@@ -71,26 +71,33 @@ def run_recipe_command(argv: Sequence[str] | None, schema: RecipeSchema, descrip
     print(describe(cfg))
     if args.dry_run:
         return 0
+    return _run(cfg, run, failures)
+
+
+def _run(cfg, run: Callable[[Any], None], failures: tuple[type[Exception], ...]) -> int:
     try:
         with _stop_on_sigterm():
             run(cfg)
     except Stopped as e:
-        stop_runtime()
-        print(f"error: {e}; starting the same command again resumes from the last checkpoint "
-              "(trainer.resume_mode=auto)", file=sys.stderr, flush=True)
+        _fail(f"{e}; starting the same command again resumes from the last checkpoint (trainer.resume_mode=auto)")
         sys.stdout.flush()
         # The workers are shut down and the outputs closed; interpreter teardown after a signal that Ray's C++
         # handler also saw ends in abort() (exit 134), so leave now with the shell's code for SIGTERM.
         os._exit(128 + signal.SIGTERM)
     except (ConfigError, DataError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return _fail(e, 2)
     except OSError as e:
         if e.errno not in STORAGE_ERRORS:
             raise
-        print(f"error: {e.filename}: {e.strerror}: free space or point trainer.output_dir elsewhere", file=sys.stderr)
-        return 2
+        return _fail(f"{e.filename}: {e.strerror}: free space or point trainer.output_dir elsewhere", 2)
     except failures as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+        return _fail(e, 1)
     return 0
+
+
+def _fail(message, code: int = 1) -> int:
+    """End the launcher's runtime first (Ray prints its workers' late output until then), so that the cause is
+    the last line on screen."""
+    stop_runtime()
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    return code
