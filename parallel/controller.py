@@ -17,7 +17,7 @@ import os
 import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from parallel.dispatch import RankLayout, check_layouts, collect_results, dispatch_inputs, method_spec, wanted_ranks
 
@@ -60,6 +60,10 @@ class WorkerGroup(ABC):
 
     @abstractmethod
     def shutdown(self) -> None: ...
+
+    def from_driver(self, fn: Callable[[], Any]) -> Any:
+        """`fn()`, computed once and returned to every process that runs the driver code (there is one under Ray)."""
+        return fn()
 
     def spawn(self, role: str, cls: type, *args, **kwargs) -> RoleHandle:
         """Build `cls(*args, **kwargs)` on every process of the group under the name `role`."""
@@ -114,6 +118,12 @@ class Cluster:
     def shutdown(self) -> None:
         for group in self.groups.values():
             group.shutdown()
+
+    def once(self, fn: Callable, *args, **kwargs) -> Any:
+        """`fn(*args, **kwargs)` computed by one process and returned to every process that runs the driver code.
+        Under torchrun each rank runs that code: a result that may differ between calls (a reward function's
+        timeout, anything random or timed) must be computed once and shared, or the ranks would part ways."""
+        return next(iter(self.groups.values())).from_driver(lambda: fn(*args, **kwargs))
 
     def __enter__(self) -> Cluster:
         return self

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import pickle
 import socket
 from typing import Sequence
 
@@ -45,5 +46,29 @@ class SpmdWorkerGroup(WorkerGroup):
         dist.all_gather_object(gathered, mine, group=self.control)
         return gathered
 
+    def from_driver(self, fn):
+        """Rank 0 computes `fn()` and broadcasts the result, or the exception it raised, which every rank raises."""
+        if self.control is None:
+            return fn()
+        holder, failure = [None], None
+        if self.rank == 0:
+            try:
+                holder[0] = ("ok", fn())
+            except Exception as e:
+                failure, holder[0] = e, ("error", _picklable(e))
+        dist.broadcast_object_list(holder, src=0, group=self.control)
+        status, value = holder[0]
+        if status == "error":
+            raise failure or value  # rank 0 keeps its own traceback
+        return value
+
     def shutdown(self) -> None:
         self.host.shutdown()
+
+
+def _picklable(error: Exception) -> Exception:
+    try:
+        pickle.loads(pickle.dumps(error))
+        return error
+    except Exception:
+        return RuntimeError(f"{type(error).__name__}: {error}")

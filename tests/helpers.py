@@ -119,3 +119,36 @@ def responses_batch():
     responses = [[Response([7, 8], [-0.1, -0.2], "stop"), Response([9], [-0.3], "length")],
                  [Response([6, 6, 6], [-1.0, -1.0, -1.0], "length"), Response([5, 4], [-0.5, -0.4], "stop")]]
     return with_responses(prompts, responses)
+
+
+WALL_CLOCK = ("timing_s/", "perf/", "update_weights/stream_s")  # figures that differ from run to run
+GRPO_TWO_STEPS = ["algorithm.adv_estimator=grpo", "trainer.total_training_steps=2"]
+TWO_NODES = ["trainer.nnodes=2", "trainer.n_gpus_per_node=1"]  # one process on each of two nodes
+
+
+def write_tiny_rl_setup(root: Path) -> Path:
+    """The tiny chat model and GSM8K-format prompts that `overrides` points `megarl train` at."""
+    import datasets
+
+    make_chat_model(root / "model")
+    rows = [{"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": f"What is {a} + {b}? ####"}],
+             "reward_model": {"ground_truth": str(a + b)}} for a, b in [(1, 2), (3, 4), (2, 2), (5, 1)]]
+    datasets.Dataset.from_list(rows).to_parquet(str(root / "train.parquet"))
+    return root
+
+
+def run_metrics(out) -> list[dict]:
+    """A run's metrics.jsonl without its wall-clock figures: equal for equal runs."""
+    return [{k: v for k, v in row.items() if not k.startswith(WALL_CLOCK)} for row in read_metrics(out)]
+
+
+def one_node_grpo_metrics(setup, out) -> list[dict]:
+    """GRPO_TWO_STEPS on the tiny setup under torchrun, two processes on one node: what a multi-node run must equal."""
+    from parallel.topology import free_port
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+           "-m", "megarl.train", *overrides(setup, out, *GRPO_TWO_STEPS)]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    assert len(read_metrics(out)) == 2
+    return run_metrics(out)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Optional
 
 from megarl.algorithms import make_kl_controller
@@ -22,6 +23,7 @@ from megarl.placement import role_pools, start_workers
 from megarl.rewards.scorer import RewardScorer
 from megarl.rollout.batch import prompt_batch
 from megarl.trainer import stages
+from megarl.trainer.stages import Score
 from megarl.trainer.checkpoint import Checkpointer, find_resume_checkpoint, saved_step
 from megarl.trainer.metrics import MetricsLogger, check_loggers
 from megarl.trainer.perf import perf_metrics, summarise
@@ -69,8 +71,8 @@ def spawn_roles(cluster, cfg: MegaRLConfig, steps: int) -> Roles:
 class RLStep:
     """One PPO/GRPO-family step over a batch of prompts."""
 
-    def __init__(self, roles: Roles, cfg: MegaRLConfig, scorer: RewardScorer, kl_controller):
-        self.roles, self.scorer, self.kl_controller = roles, scorer, kl_controller
+    def __init__(self, roles: Roles, cfg: MegaRLConfig, score: Score, kl_controller):
+        self.roles, self.score, self.kl_controller = roles, score, kl_controller
         self.algorithm, self.n, self.seed = cfg.algorithm, cfg.rollout.n, cfg.trainer.seed
         self.max_logprob_mult_error = cfg.rollout.max_logprob_mult_error
         self.critic_warmup = cfg.trainer.critic_warmup
@@ -81,10 +83,10 @@ class RLStep:
             batch = roles.rollout.generate(prompts, seed=self.seed + step)
         if self.algorithm.adv_estimator == "remax":
             with timed(metrics, "gen_max"):
-                batch = batch.union(stages.remax_baseline(roles.rollout, prompts, self.scorer, self.n))
+                batch = batch.union(stages.remax_baseline(roles.rollout, prompts, self.score, self.n))
         roles.rollout.release()
         with timed(metrics, "reward"):
-            scored, reward_metrics = stages.score(batch, self.scorer)
+            scored, reward_metrics = stages.score(batch, self.score)
             batch = batch.union(scored)
         with timed(metrics, "old_log_prob"):
             batch = batch.union(roles.actor.compute_log_prob(batch))
@@ -126,17 +128,18 @@ def train(cfg: MegaRLConfig) -> None:
     scorer = RewardScorer.from_config(tokenizer, cfg.reward)
     kl = cfg.algorithm.kl_ctrl
     kl_controller = make_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
-    validate = Validator(data, cfg.rollout.val_kwargs.n, tokenizer, scorer) if data.val_files else None
+    validate = Validator(data, cfg.rollout.val_kwargs.n, tokenizer) if data.val_files else None
     with scorer, start_workers(cfg) as cluster:  # the scorer's worker processes end with the run
+        score = partial(cluster.once, scorer)  # each batch scored once: torchrun's ranks share rank 0's scores
         roles = spawn_roles(cluster, cfg, steps)
         checkpoints = Checkpointer(cfg, cluster.is_driver, {"actor": roles.actor, "critic": roles.critic},
                                    {"loader": loader, "kl_controller": kl_controller})
         start = checkpoints.load(resume_from)
-        rl_step = RLStep(roles, cfg, scorer, kl_controller)
+        rl_step = RLStep(roles, cfg, score, kl_controller)
         with MetricsLogger(cfg, steps, cluster.is_driver, start_step=start) as logger:
             roles.rollout.sync_weights()  # after the load: the engine serves the restored actor
             if validate and cfg.trainer.val_before_train and start == 0:
-                logger.log(0, validate(roles.rollout))
+                logger.log(0, validate(roles.rollout, score))
             batches = endless(loader)
             for step in range(start + 1, steps + 1):
                 metrics: dict[str, float] = {}
@@ -146,7 +149,7 @@ def train(cfg: MegaRLConfig) -> None:
                 metrics.update(step_metrics)
                 if validate and validates_at(step, steps, cfg.trainer.test_freq):
                     with timed(metrics, "testing"):
-                        metrics.update(validate(roles.rollout))
+                        metrics.update(validate(roles.rollout, score))
                 metrics.update(stages.data_metrics(batch, data.max_response_length))
                 metrics.update(perf_metrics(batch, metrics, cfg.world_size, hf_config, cfg.actor.ppo_epochs,
                                             summarise(roles.actor.device_stats())))

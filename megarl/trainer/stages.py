@@ -4,16 +4,21 @@ verl's data metrics."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from megarl.algorithms import apply_kl_penalty, compute_advantage, masked_mean
 from megarl.config.schema import AlgorithmConfig
-from megarl.rewards.scorer import RewardScorer
+from megarl.rewards.scorer import RewardResult
 from megarl.rollout.gates import check_logprob_agreement, logprob_agreement
 from parallel.batch import Batch
 
 
-def score(batch: Batch, scorer: RewardScorer) -> tuple[Batch, dict[str, float]]:
+Score = Callable[..., RewardResult]  # a RewardScorer, or the loop's wrapper that scores once for every rank
+
+
+def score(batch: Batch, scorer: Score) -> tuple[Batch, dict[str, float]]:
     """`token_level_scores` [B, R]: each response's score on its last token."""
     extra = list(batch["extra_info"]) if "extra_info" in batch else None
     truths = [reward_model["ground_truth"] for reward_model in batch["reward_model"]]
@@ -21,7 +26,7 @@ def score(batch: Batch, scorer: RewardScorer) -> tuple[Batch, dict[str, float]]:
     return Batch({"token_level_scores": result.token_level_scores}), result.metrics
 
 
-def remax_baseline(rollout, prompts: Batch, scorer: RewardScorer, samples_per_prompt: int) -> Batch:
+def remax_baseline(rollout, prompts: Batch, scorer: Score, samples_per_prompt: int) -> Batch:
     """`reward_baselines` [B]: ReMax's baseline, the score of each prompt's greedy response (from the rollout
     role), repeated for the prompt's samples."""
     greedy, _ = score(rollout.generate(prompts, greedy=True), scorer)

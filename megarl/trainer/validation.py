@@ -8,28 +8,27 @@ from collections import defaultdict
 
 from megarl.config.schema import DataConfig
 from megarl.data.dataset import PromptLoader, RLDataset
-from megarl.rewards.scorer import RewardScorer
 from megarl.rollout.batch import prompt_batch
-from megarl.trainer.stages import score
+from megarl.trainer.stages import Score, score
 
 VAL_UID_OFFSET = 10**12  # validation uids never collide with a training step's
 
 
 class Validator:
-    def __init__(self, data: DataConfig, n: int, tokenizer, scorer: RewardScorer):
+    def __init__(self, data: DataConfig, n: int, tokenizer):
         """`n`: responses per prompt (rollout.val_kwargs.n), the @n of the metric names."""
         dataset = RLDataset.from_config(data.val_files, tokenizer, data)
         self.loader = PromptLoader(dataset, data.val_batch_size or len(dataset), shuffle=False, drop_last=False)
-        self.scorer, self.n = scorer, n
+        self.n = n
 
-    def __call__(self, rollout) -> dict[str, float]:
-        """One pass over the validation set; the engines must hold the current weights."""
+    def __call__(self, rollout, scorer: Score) -> dict[str, float]:
+        """One pass over the validation set, graded by `scorer`; the engines must hold the current weights."""
         scores: dict[str, list[float]] = defaultdict(list)
         lengths: list[float] = []
         for index, items in zip(range(len(self.loader)), self.loader):
             batch = rollout.generate(prompt_batch(items, first_uid=VAL_UID_OFFSET + index * self.loader.batch_size),
                                      validate=True)
-            scored, _ = score(batch, self.scorer)
+            scored, _ = score(batch, scorer)
             for source, value in zip(batch["data_source"], scored["token_level_scores"].sum(-1).tolist()):
                 scores[source].append(value)
             lengths += batch["response_mask"].sum(-1).tolist()

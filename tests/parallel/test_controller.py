@@ -89,3 +89,14 @@ def test_torchrun_has_one_pool_of_its_own_size():
         start_cluster([PoolSpec("main", (1,)), PoolSpec("critic", (1,))], "torchrun")
     with pytest.raises(ValueError, match="torchrun started 1 processes but pool 'main' has 2 GPUs"):
         start_cluster([PoolSpec("main", (2,))], "torchrun")
+
+
+def test_once_computes_on_rank_zero_and_shares_the_value_and_the_error(tmp_path):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "tests.parallel.once_job",
+           str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["value"] == ranks[1]["value"] == {"pid": ranks[0]["pid"], "rank": 0}
+    assert [r["calls"] for r in ranks] == [1, 0]  # computed once, by rank 0
+    assert [r["error"] for r in ranks] == ["only rank 0 ran this"] * 2
