@@ -121,8 +121,9 @@ def train(cfg: MegaRLConfig) -> None:
     loader = PromptLoader(RLDataset.from_config(data.train_files, tokenizer, data), data.train_batch_size,
                           shuffle=data.shuffle, seed=cfg.trainer.seed)
     steps = total_steps(cfg.trainer, len(loader))
-    if resume_from is not None and saved_step(resume_from) >= steps:
-        tell(f"{cfg.trainer.output_dir} is already at step {saved_step(resume_from)} of {steps}: nothing to train "
+    done = saved_step(resume_from) if resume_from is not None else None
+    if done is not None and done >= steps:
+        tell(f"{cfg.trainer.output_dir} is already at step {done} of {steps}: nothing to train "
              "(raise trainer.total_training_steps or trainer.total_epochs to go on)")
         return
     scorer = RewardScorer.from_config(tokenizer, cfg.reward)
