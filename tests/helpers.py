@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -67,6 +69,43 @@ def make_model(family: str, path: Path) -> Path:
     return path
 
 
+def run_command(cmd: list[str], timeout: float, cwd: Path = REPO_ROOT, env: dict | None = None
+                ) -> subprocess.CompletedProcess:
+    """`subprocess.run(cmd, capture_output=True, text=True)` with the output in files, not pipes: a process the
+    command leaves behind (a Ray daemon, a fork server) may hold a pipe open past the command's exit and stall its
+    reader until pytest's timeout, with nothing to show. Past `timeout` the process tree is killed and the test fails
+    with the output so far and every process's Python stacks (py-spy)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=ENV if env is None else env, stdout=out, stderr=err, text=True,
+                                start_new_session=True)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stacks = _python_stacks(proc.pid)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            out.seek(0), err.seek(0)
+            raise AssertionError(f"{' '.join(map(str, cmd))} ran past {timeout} s\n--- stdout\n{out.read()[-3000:]}"
+                                 f"\n--- stderr\n{err.read()[-5000:]}\n--- stacks\n{stacks}") from None
+        out.seek(0), err.seek(0)
+        return subprocess.CompletedProcess(cmd, proc.returncode, out.read(), err.read())
+
+
+def _python_stacks(pid: int) -> str:
+    import psutil
+
+    root = psutil.Process(pid)
+    dumps = []
+    for process in [root, *root.children(recursive=True)]:
+        try:
+            dump = subprocess.run(["py-spy", "dump", "--pid", str(process.pid)], capture_output=True, text=True,
+                                  timeout=30)
+            dumps.append(f"== {process.pid} {' '.join(process.cmdline())[:200]}\n{dump.stdout[-4000:]}{dump.stderr[-500:]}")
+        except (OSError, subprocess.TimeoutExpired, psutil.Error) as e:
+            dumps.append(f"== {process.pid}: no stacks ({e})")
+    return "\n".join(dumps)
+
+
 def run_layout(model_dir: Path, out: Path, tp: int, pp: int, cp: int, nproc: int, extra=(), timeout=300) -> dict:
     """tests/megarl/models/dist_worker.py's results for one parallel layout, under torchrun."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), str(DIST_WORKER),
@@ -83,7 +122,7 @@ def run_job(model_dir, out, launcher, *extra, timeout=240):
         prefix += ["torch.distributed.run", "--nproc-per-node", "2", "-m"]
     cmd = [*prefix, "tests.parallel.step_job", str(model_dir), str(out), *extra]
     start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
+    proc = run_command(cmd, timeout)
     return proc, time.monotonic() - start
 
 
@@ -121,7 +160,7 @@ def responses_batch():
     return with_responses(prompts, responses)
 
 
-WALL_CLOCK = ("timing_s/", "perf/", "update_weights/stream_s")  # figures that differ from run to run
+WALL_CLOCK = ("timing_s/", "perf/", "memory/", "update_weights/stream_s")  # figures that differ from run to run
 GRPO_TWO_STEPS = ["algorithm.adv_estimator=grpo", "trainer.total_training_steps=2"]
 TWO_NODES = ["trainer.nnodes=2", "trainer.n_gpus_per_node=1"]  # one process on each of two nodes
 
@@ -148,7 +187,7 @@ def one_node_grpo_metrics(setup, out) -> list[dict]:
 
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
            "-m", "megarl.train", *overrides(setup, out, *GRPO_TWO_STEPS)]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    proc = run_command(cmd, timeout=480)
     assert proc.returncode == 0, proc.stderr[-5000:]
     assert len(read_metrics(out)) == 2
     return run_metrics(out)

@@ -4,17 +4,12 @@ random model, SFT-warm-starts it (once), then GRPO and PPO each raise the mean t
 two launchers."""
 
 import json
-import os
-import subprocess
 
 import pytest
 
-from tests.helpers import REPO_ROOT
+from tests.helpers import ENV, REPO_ROOT, WALL_CLOCK, run_command
 
-ENV = {**os.environ, "RAY_AUTH_MODE": "disabled",
-       "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
 VAL = "val-core/synthetic/arithmetic/reward/mean@1"
-TIMINGS = ("timing_s/", "perf/", "update_weights/stream_s")  # wall-clock figures differ from run to run
 
 
 @pytest.fixture(scope="module")
@@ -28,9 +23,8 @@ def workdir(tmp_path_factory):
 
 def run_recipe(workdir, algorithm, launcher):
     name = f"{algorithm}_{launcher}"
-    proc = subprocess.run(["bash", "launch/tiny_cpu.sh", algorithm, f"trainer.experiment_name={name}"],
-                          cwd=workdir, env={**ENV, "LAUNCHER": launcher}, capture_output=True, text=True,
-                          timeout=900)
+    proc = run_command(["bash", "launch/tiny_cpu.sh", algorithm, f"trainer.experiment_name={name}"], timeout=900,
+                       cwd=workdir, env={**ENV, "LAUNCHER": launcher})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     rows = [json.loads(line) for line in (workdir / "outputs/tiny_cpu" / name / "metrics.jsonl").read_text().splitlines()]
     return [r for r in rows if r["step"] > 0], {r["step"]: r[VAL] for r in rows if VAL in r}
@@ -47,5 +41,5 @@ def test_reward_rises(workdir, algorithm, launcher):
     (workdir / f"{algorithm}_{launcher}.json").write_text(json.dumps(steps))
     other = workdir / f"{algorithm}_{'torchrun' if launcher == 'ray' else 'ray'}.json"
     if algorithm == "grpo" and other.exists():
-        strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith(TIMINGS)} for r in rows]  # noqa
+        strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith(WALL_CLOCK)} for r in rows]  # noqa
         assert strip(steps) == strip(json.loads(other.read_text()))

@@ -5,18 +5,14 @@ transformers computes for the same weights. Either way the first step's loss is 
 NLL over the whole batch, and the validation loss after the last step is the exported model's."""
 
 import json
-import os
-import subprocess
 import sys
 
 import datasets
 import pytest
 import torch
 
-from tests.helpers import REPO_ROOT, make_chat_model
+from tests.helpers import make_chat_model, run_command
 
-ENV = {**os.environ, "RAY_AUTH_MODE": "disabled",
-       "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
 PAIRS = [(1, 2), (3, 4), (2, 5), (6, 1)]
 
 
@@ -35,7 +31,7 @@ def run_sft(root, out, launcher_prefix, *extra):
     cmd = [*launcher_prefix, "megarl.sft", f"model.path={root / 'model'}", f"data.train_files=[{data}]",
            f"data.val_files=[{data}]", f"trainer.output_dir={out}", "data.train_batch_size=4", "data.max_length=64",
            "trainer.n_gpus_per_node=2", "trainer.collective_timeout_s=120", "optim.lr=3e-3", *extra]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    proc = run_command(cmd, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-5000:]
     assert f"SFT model written to {out / 'hf'}" in proc.stdout
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
