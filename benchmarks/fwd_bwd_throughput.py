@@ -16,7 +16,8 @@ import time
 
 import torch
 
-from megarl.models.shapes import SHAPES, parameter_count, write_random_checkpoint
+from megarl.models.shapes import SHAPES, write_random_checkpoint
+from megarl.plan.shape import ModelShape
 
 H200_BF16_PEAK = 989e12
 
@@ -134,7 +135,7 @@ def main():
     sequences = [torch.randint(0, vocab, (args.seq_len,), generator=generator) for _ in range(args.batch)]
     tokens = args.batch * args.seq_len
     c = SHAPES[args.shape]
-    flops_per_token = 6 * parameter_count(args.shape) + 6 * c["num_hidden_layers"] * c["hidden_size"] * args.seq_len
+    flops_per_token = 6 * ModelShape.named(args.shape).parameters + 6 * c["num_hidden_layers"] * c["hidden_size"] * args.seq_len
 
     hf_seconds, hf_peak = hf_step_time(model_dir, sequences, args.iters, args.profile)
     torch.cuda.empty_cache()

@@ -54,6 +54,7 @@ COMMANDS = {
     "check-model": ("megarl.models.check", "load a HF checkpoint in a parallel layout and compare with HF"),
     "export": ("megarl.models.export", "turn a megarl model checkpoint into a HF checkpoint"),
     "init-model": ("megarl.models.init_model", "write a random-weight HF checkpoint of a recipe's model shape"),
+    "plan": ("megarl.plan.command", "predict a recipe's GPU and host memory per phase; what to change if it does not fit"),
 }
 
 

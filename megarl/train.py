@@ -9,15 +9,19 @@ from typing import Sequence
 from megarl.config import RL_RECIPE, ConfigError, MegaRLConfig, check_inputs_exist
 from megarl.data.dataset import check_rl_columns
 from megarl.placement import describe_placement
+from megarl.plan import check_memory
+from megarl.plan.machine import gpu_memory_gib
 from megarl.recipe_command import run_recipe_command
 from megarl.rewards.function import RewardFunctionSpecError, load_reward_function
 from megarl.rewards.scorer import RewardFunctionError
 from parallel.controller import WorkerError
 
 
-def check_runnable(cfg: MegaRLConfig) -> None:
+def check_runnable(cfg: MegaRLConfig, gpu_gib: float | None = None) -> None:
     """What a run needs on disk: the model directories, the data files (their columns) and the reward function
-    (imported here, so that a missing name or an import error inside it stops `--dry-run` too)."""
+    (imported here, so that a missing name or an import error inside it stops `--dry-run` too); then, on a machine
+    with GPUs, that every phase fits in their memory (megarl/plan; `gpu_gib`: one GPU's memory, instead of asking
+    nvidia-smi). Runs before any worker starts, for `--dry-run` and launches alike."""
     models = [("model.path", cfg.model.path)]
     if cfg.use_critic and cfg.critic.model.path != cfg.model.path:
         models.append(("critic.model.path", cfg.critic.model.path))
@@ -27,6 +31,7 @@ def check_runnable(cfg: MegaRLConfig) -> None:
         load_reward_function(cfg.reward.function)
     except RewardFunctionSpecError as e:
         raise ConfigError(str(e)) from e
+    check_memory(cfg, gpu_gib if gpu_gib is not None else gpu_memory_gib())
 
 
 def run(cfg: MegaRLConfig) -> None:
@@ -35,10 +40,12 @@ def run(cfg: MegaRLConfig) -> None:
     train(cfg)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, gpu_gib: float | None = None) -> int:
+    """`gpu_gib`: one GPU's memory for the memory check (None: nvidia-smi's answer; no check without GPUs)."""
     return run_recipe_command(argv, RL_RECIPE, "Run an RL recipe. Overrides use dotted keys: "
-                              "megarl train --recipe R.yaml rollout.n=8", check=check_runnable,
-                              describe=describe_placement, run=run, failures=(WorkerError, RewardFunctionError))
+                              "megarl train --recipe R.yaml rollout.n=8",
+                              check=partial(check_runnable, gpu_gib=gpu_gib), describe=describe_placement, run=run,
+                              failures=(WorkerError, RewardFunctionError))
 
 
 if __name__ == "__main__":

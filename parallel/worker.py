@@ -14,9 +14,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from parallel import topology
+from parallel import memory, topology
 from parallel.batch import Batch
-from parallel.dispatch import RankLayout
+from parallel.dispatch import Collect, RankLayout, worker_method
 
 
 class Worker:
@@ -36,6 +36,12 @@ class Worker:
         leader = (ps.get_tensor_model_parallel_rank() == 0 and ps.get_context_parallel_rank() == 0
                   and ps.is_pipeline_last_stage(ignore_virtual=True))
         return RankLayout(ps.get_data_parallel_rank(), ps.get_data_parallel_world_size(), leader)
+
+    @worker_method(collect=Collect.ALL)
+    def memory_peaks(self, windows: memory.Windows) -> dict[str, dict[str, int | None]]:
+        """This process's device-wide GPU and host memory peaks in each wall-clock window (parallel/memory.py):
+        any role answers for the process that hosts it."""
+        return memory.peaks(windows)
 
 
 _HOST: "WorkerHost | None" = None  # this process's host: there is one per worker process
@@ -86,6 +92,7 @@ class WorkerHost:
         """Join the group's default process group; `env` holds torchrun's variables for this rank."""
         os.environ.update(env)
         topology.init_distributed(timeout_s)
+        memory.start()  # after the CUDA device is set, which it samples
 
     def add_role(self, name: str, cls: type, args: tuple, kwargs: dict) -> None:
         if not (isinstance(cls, type) and issubclass(cls, Worker)):
@@ -115,3 +122,4 @@ class WorkerHost:
             role.close()
         self.roles.clear()
         topology.destroy()
+        memory.stop()

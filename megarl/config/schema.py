@@ -39,10 +39,10 @@ class MegatronConfig:
     tensor_model_parallel_size: int = 1
     pipeline_model_parallel_size: int = 1
     context_parallel_size: int = 1
-    param_offload: bool = False  # not implemented yet (a recipe that sets it is refused)
-    grad_offload: bool = False  # not implemented yet (a recipe that sets it is refused)
-    # megatron's optimizer_cpu_offload, with its offload fraction still 0: it moves nothing yet (issue #13)
-    optimizer_offload: bool = False
+    # What leaves the GPU between the role's own calls (parallel/offload.py; docs/memory.md has the costs):
+    param_offload: bool = False  # the weights, to pinned host memory
+    grad_offload: bool = False  # the gradient buffers (freed; the next update starts from zero anyway)
+    optimizer_offload: bool = False  # fp32 master weights and Adam moments in host memory, the step on the CPU
     recompute_granularity: Optional[str] = None  # None | full | selective
 
     @property
@@ -185,6 +185,9 @@ class TrainerConfig(RunConfig):
     resume_mode: str = "auto"  # auto (the newest complete checkpoint, if any) | disable | resume_path
     resume_from_path: Optional[str] = None  # a global_step_K directory, with resume_mode=resume_path
     critic_warmup: int = 0  # steps that update only the critic
+    # On a GPU machine, refuse a launch whose predicted per-GPU or per-node memory does not fit (`megarl plan`,
+    # docs/memory.md); false launches anyway, e.g. when the prediction is wrong for your setup.
+    memory_check: bool = True
 
 
 @dataclass(frozen=True)

@@ -138,11 +138,8 @@ def run_sizes(trainer: RunConfig) -> dict[str, int]:
 
 
 def check_megatron_choices(problems: list[str], key: str, megatron: MegatronConfig) -> None:
-    """A role's `megatron` section at `key`: recompute granularity, and the offloads not built yet."""
+    """A role's `megatron` section at `key`: its recompute granularity."""
     check_choice(problems, f"{key}.recompute_granularity", megatron.recompute_granularity, RECOMPUTE_GRANULARITIES)
-    for offload in ("param_offload", "grad_offload"):
-        if getattr(megatron, offload):
-            problems.append(f"{key}.{offload} is not implemented yet: set it to false (issue #13 builds the offloads)")
 
 
 def megatron_sizes(key: str, megatron: MegatronConfig) -> dict[str, int]:

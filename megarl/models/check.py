@@ -34,7 +34,6 @@ def check_model(hf_dir: str, tp: int = 1, pp: int = 1, cp: int = 1, bf16: bool |
     topology.init_model_parallel(tp=tp, pp=pp, cp=cp, seed=seed)
     megatron = MegatronConfig(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp)
     model = build_reference(hf_dir, megatron, bf16=bf16)
-    model.onload()
     vocab = load_hf_config(hf_dir).vocab_size
     sequences = _random_sequences(vocab, num_sequences, seq_length, seed)
     logprobs = model.logprobs(sequences, [list(range(num_sequences))])["logprobs"]

@@ -91,7 +91,6 @@ def load_training_checkpoint(model, directory: str | Path) -> None:
             f"Set {model.name}.megatron.* to the saved sizes to resume"
         )
     _load_model(model, directory)
-    _allocate_optimizer_state(model.optimizer)
     with _reading(directory / "optimizer"):
         state = dist_checkpointing.load(_optimizer_state(model, is_loading=True), str(directory / "optimizer"))
     with torch.no_grad():  # fp32 training: the optimizer's main parameters are views of the model's
@@ -211,19 +210,6 @@ def _check_shapes(sharded: dict, model_dir: Path, hf_path) -> None:
             f"{model_dir.parent} holds a model of another shape than {hf_path}: {shown}. Load it into the model "
             "it was trained from (the config in its hf/ directory)"
         )
-
-
-def _allocate_optimizer_state(optimizer) -> None:
-    """megatron (0.16) reads torch Adam's step count while building the state dict to load into, and torch Adam
-    creates its state only in its first step: a fresh optimizer gets zero state here, which the load overwrites.
-    Apex/TE optimizers keep the step in their param groups and need nothing."""
-    if HAVE_APEX_OR_TE:
-        return
-    for opt in getattr(optimizer, "chained_optimizers", [optimizer]):
-        if len(opt.optimizer.state) == 0:
-            opt.init_state_fn(opt.optimizer, opt.config)
-            for state in opt.optimizer.state.values():
-                state["step"] = torch.tensor(0.0)
 
 
 def _restore_adam_steps(optimizer) -> None:

@@ -23,6 +23,10 @@ def run_schedule(model: list, batches: list[PackedBatch], on_output: Callable, f
 
     def forward_step(data_iterator, chunk):
         batch = next(data_iterator)
+        # Micro-batches of different token counts ask for blocks of different sizes; without returning the previous
+        # one's cached blocks, torch's allocator keeps reserving new ones (measured: 83 GB reserved for a 33 GB peak
+        # of live tensors), and a colocated engine cannot have them back. (A no-op where CUDA never started.)
+        torch.cuda.empty_cache()
         output = chunk(input_ids=batch.input_ids, position_ids=None, attention_mask=None,
                        packed_seq_params=batch.packed_seq_params)
         return output, lambda output_tensor: on_output(output_tensor, batch)

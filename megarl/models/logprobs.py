@@ -4,9 +4,14 @@ The full-vocabulary logits are never gathered: each TP rank reduces its shard, a
 cross ranks. As everywhere in megatron, the result is replicated on every TP rank, so each rank's backward
 is the gradient of that replicated value with respect to its own shard and needs no communication.
 
-One autograd function computes both, keeping a single fp32 softmax for backward and using the analytic
-gradients d log p(y)/dz = onehot(y) − p and dH/dz = −p·(log p + H): the vocabulary-sized temporaries
-dominate this step's memory traffic, so it matters how many of them exist.
+Why chunked: with a large vocabulary the [tokens × vocab] temporaries dominate activation memory (12288
+tokens × 151936 vocab in fp32 is 7.5 GB each), so this function never materialises one. The forward walks
+over token chunks and keeps only per-token scalars (max, log Σexp, entropy); the backward recomputes the
+softmax chunk by chunk from the saved input logits, using the analytic gradients d log p(y)/dz =
+onehot(y) − p and dH/dz = −p·(log p + H). Every fp32 temporary is bounded by `CHUNK_BYTES`, whatever the
+token count. Not bounded, because they are not this function's: the model's own logits [T, V/tp] in the
+input dtype (kept alive by the caller anyway, and saved here instead of a softmax) and their gradient,
+which backward allocates once in the input dtype and fills chunk by chunk.
 """
 
 from __future__ import annotations
@@ -14,6 +19,9 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 from megatron.core import parallel_state
+
+# Budget for one fp32 [tokens × V/tp] chunk temporary; a few of them are alive at once.
+CHUNK_BYTES = 256 * 2**20
 
 
 def _tp_group():
@@ -29,45 +37,87 @@ def _all_reduce(tensor: torch.Tensor, group, op=dist.ReduceOp.SUM) -> torch.Tens
     return tensor
 
 
+def _shifted(logits: torch.Tensor, logits_max: torch.Tensor, temperature: float) -> torch.Tensor:
+    """z = logits/T − max in fp32, always a fresh tensor (even for fp32 input) so callers may work in place."""
+    z = logits.to(torch.float32, copy=True).div_(temperature)
+    return z.sub_(logits_max.unsqueeze(-1))
+
+
+def _chunks(tokens: int, chunk_tokens: int):
+    return ((start, min(start + chunk_tokens, tokens)) for start in range(0, tokens, chunk_tokens))
+
+
 class _LogProbEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logits, labels, with_entropy: bool, group):
+    def forward(ctx, logits, labels, temperature: float, with_entropy: bool, group, chunk_tokens: int):
         shard = logits.shape[-1]
+        flat, flat_labels = logits.reshape(-1, shard), labels.reshape(-1)
         start = dist.get_rank(group) * shard if group is not None else 0
-        logits_max = _all_reduce(logits.max(dim=-1).values.float(), group, dist.ReduceOp.MAX)
-        probs = logits.float() - logits_max.unsqueeze(-1)  # a fresh fp32 tensor, reused in place below
-        in_shard = (labels >= start) & (labels < start + shard)
-        local_index = (labels - start).clamp(0, shard - 1)
-        target = _all_reduce(probs.gather(-1, local_index.unsqueeze(-1)).squeeze(-1) * in_shard, group)
-        probs.exp_()
-        sum_exp = _all_reduce(probs.sum(dim=-1), group)
-        logprobs = target - sum_exp.log()
-        probs.div_(sum_exp.unsqueeze(-1))
-        entropy = None
-        if with_entropy:
-            entropy = -_all_reduce(torch.special.xlogy(probs, probs).sum(dim=-1), group)
-        ctx.with_entropy = with_entropy
-        ctx.input_dtype = logits.dtype
-        ctx.save_for_backward(probs, local_index, in_shard, entropy if with_entropy else logprobs)
-        return logprobs, entropy
+        in_shard = (flat_labels >= start) & (flat_labels < start + shard)
+        local_index = (flat_labels - start).clamp(0, shard - 1)
+        # The max of the input dtype is exact, so no fp32 copy of the shard is needed to find it.
+        logits_max = _all_reduce(flat.max(dim=-1).values.float(), group, dist.ReduceOp.MAX).div_(temperature)
+        # Rows: Σ e^z, z(label) where this rank holds it (0 elsewhere, so the SUM picks the owner's), Σ e^z·z.
+        sums = torch.empty(3 if with_entropy else 2, flat.shape[0], dtype=torch.float32, device=logits.device)
+        target = _shifted(flat.gather(-1, local_index.unsqueeze(-1)), logits_max, temperature).squeeze(-1)
+        torch.mul(target, in_shard, out=sums[1])
+        for begin, end in _chunks(flat.shape[0], chunk_tokens):
+            z = _shifted(flat[begin:end], logits_max[begin:end], temperature)
+            e = z.exp()
+            torch.sum(e, dim=-1, out=sums[0, begin:end])
+            if with_entropy:
+                torch.sum(e.mul_(z), dim=-1, out=sums[2, begin:end])
+        _all_reduce(sums, group)
+        log_sum_exp = sums[0].log()
+        logprobs = sums[1] - log_sum_exp
+        entropy = log_sum_exp - sums[2] / sums[0] if with_entropy else None
+        ctx.set_materialize_grads(False)  # an unused output's gradient stays None, and its term is skipped
+        ctx.temperature, ctx.chunk_tokens = temperature, chunk_tokens
+        saved = (entropy,) if with_entropy else ()
+        ctx.save_for_backward(logits, local_index, in_shard, logits_max, log_sum_exp, *saved)
+        shape = labels.shape
+        return logprobs.view(shape), (entropy.view(shape) if with_entropy else None)
 
     @staticmethod
     def backward(ctx, grad_logprobs, grad_entropy):
-        probs, local_index, in_shard, entropy = ctx.saved_tensors
-        grad = torch.zeros_like(probs)
-        if grad_logprobs is not None:
-            grad.sub_(probs * grad_logprobs.unsqueeze(-1))
-            grad.scatter_add_(-1, local_index.unsqueeze(-1), (grad_logprobs * in_shard).unsqueeze(-1))
-        if ctx.with_entropy and grad_entropy is not None:
-            grad.sub_((torch.special.xlogy(probs, probs) + probs * entropy.unsqueeze(-1)) * grad_entropy.unsqueeze(-1))
-        return grad.to(ctx.input_dtype), None, None, None
+        logits, local_index, in_shard, logits_max, log_sum_exp, *saved = ctx.saved_tensors
+        entropy = saved[0] if saved else None
+        if grad_logprobs is None and grad_entropy is None:
+            return (None,) * 6
+        flat = logits.reshape(-1, logits.shape[-1])
+        grad = torch.empty_like(flat)
+        # d/dlogits = (d/dz)/T: folding 1/T into the per-token factors saves an elementwise op per chunk.
+        g_lp, g_h = (g.reshape(-1).float() / ctx.temperature if g is not None else None
+                     for g in (grad_logprobs, grad_entropy))
+        for begin, end in _chunks(flat.shape[0], ctx.chunk_tokens):
+            rows = slice(begin, end)
+            log_p = _shifted(flat[rows], logits_max[rows], ctx.temperature).sub_(log_sum_exp[rows].unsqueeze(-1))
+            grad[rows].copy_(_grad_z(log_p, local_index[rows], in_shard[rows], *(
+                t[rows] if t is not None else None for t in (entropy, g_lp, g_h))))
+        return grad.view(logits.shape), None, None, None, None, None
+
+
+def _grad_z(log_p, local_index, in_shard, entropy, g_lp, g_h) -> torch.Tensor:
+    """g_lp·(onehot − p) − g_h·p·(log p + H) for one chunk, built in log_p's buffer and one more for p."""
+    p = log_p.exp()
+    if g_h is None:
+        grad = p.mul_(-g_lp.unsqueeze(-1))
+    else:
+        grad = log_p.add_(entropy.unsqueeze(-1)).mul_(p).mul_(-g_h.unsqueeze(-1))
+        if g_lp is not None:
+            grad.sub_(p.mul_(g_lp.unsqueeze(-1)))
+    if g_lp is not None:
+        grad.scatter_add_(-1, local_index.unsqueeze(-1), (g_lp * in_shard).unsqueeze(-1))
+    return grad
 
 
 def vocab_parallel_logprobs_and_entropy(
-    logits: torch.Tensor, labels: torch.Tensor, temperature: float = 1.0, with_entropy: bool = True
+    logits: torch.Tensor, labels: torch.Tensor, temperature: float = 1.0, with_entropy: bool = True,
+    *, chunk_tokens: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """logits [..., V/tp] (this rank's vocab shard), labels [...] (global token ids) → log p(label) and the
-    entropy of the distribution, both [...] in float32, differentiable through `logits`."""
-    if temperature != 1.0:
-        logits = logits / temperature
-    return _LogProbEntropy.apply(logits, labels, with_entropy, _tp_group())
+    entropy of the distribution at `temperature`, both [...] in float32, differentiable through `logits`.
+    `chunk_tokens` overrides how many tokens one fp32 temporary covers (default: `CHUNK_BYTES` worth)."""
+    if chunk_tokens is None:
+        chunk_tokens = max(1, CHUNK_BYTES // (4 * logits.shape[-1]))
+    return _LogProbEntropy.apply(logits, labels, float(temperature), with_entropy, _tp_group(), chunk_tokens)

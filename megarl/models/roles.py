@@ -1,9 +1,10 @@
 """The RL roles on megatron-core: actor (LM head, trained), critic (same trunk, scalar value head, trained)
 and reference (frozen actor weights).
 
-The reference is kept in host memory and moved onto the GPU only around its forward pass (`onload` /
-`offload`): it is used once per step, so paying a host↔device copy there is cheaper than holding a second
-full copy of the weights in GPU memory while generation and training run.
+Each role's weights are on the GPU during its own calls (`weights_in_use`); between them they stay or leave as the
+role's `megatron.param_offload` / `grad_offload` say (parallel/offload.py). The reference always leaves: it is used
+once per step, so a host→device copy there is cheaper than a second full copy of the weights held in GPU memory
+while generation and training run.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from megarl.models.bridge import (
 )
 from megarl.models.forward import compute_logprobs, compute_values
 from megarl.models.training import build_optimizer, train_step
+from parallel.offload import FrozenState, Residency, TrainedState
 
 
 @dataclass
@@ -32,24 +34,32 @@ class RoleModel:
     name: str  # actor | critic | reference
     bridge: object
     chunks: list  # megatron model chunks (DDP-wrapped when trained)
+    state: TrainedState | FrozenState  # where the weights (and gradient buffers) live between calls
     optimizer: object = None
     scheduler: object = None
-    on_device: bool = True
 
     @property
     def device(self) -> torch.device:
         return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
 
+    def weights_in_use(self):
+        """A context in which the weights are on the GPU (for a caller reading `named_parameters` or a checkpoint)."""
+        return self.state.weights_in_use()
+
     def logprobs(self, sequences, micro_batches, temperature=1.0, with_entropy=False):
-        return compute_logprobs(self.chunks, sequences, micro_batches, temperature, with_entropy, device=self.device)
+        with self.weights_in_use():
+            return compute_logprobs(self.chunks, sequences, micro_batches, temperature, with_entropy,
+                                    device=self.device)
 
     def values(self, sequences, micro_batches):
-        return compute_values(self.chunks, sequences, micro_batches, device=self.device)
+        with self.weights_in_use():
+            return compute_values(self.chunks, sequences, micro_batches, device=self.device)
 
     def train_step(self, batches, loss_fn) -> dict[str, float]:
         if self.optimizer is None:
             raise RuntimeError(f"the {self.name} is not trained")
-        return train_step(self.chunks, self.optimizer, self.scheduler, batches, loss_fn)
+        with self.state.update_in_use():
+            return train_step(self.chunks, self.optimizer, self.scheduler, batches, loss_fn)
 
     def named_parameters(self) -> list[tuple[str, torch.Tensor]]:
         """This rank's parameters (detached), named as megatron names them but with global layer numbers (megatron
@@ -66,30 +76,11 @@ class RoleModel:
 
     def export_hf(self):
         """Stream (HF name, tensor); every rank of the model-parallel group must iterate it to the end."""
-        return export_hf_weights(self.bridge, self.chunks)
-
-    def offload(self) -> None:
-        """Move weights to (pinned) host memory; a no-op on CPU machines."""
-        if self.on_device and torch.cuda.is_available():
-            for tensor in _weights(self.chunks):
-                tensor.data = tensor.data.to("cpu").pin_memory()
-        self.on_device = False
-
-    def onload(self) -> None:
-        if not self.on_device and torch.cuda.is_available():
-            for tensor in _weights(self.chunks):
-                tensor.data = tensor.data.to(self.device, non_blocking=True)
-            torch.cuda.synchronize()
-        self.on_device = True
+        with self.weights_in_use():
+            yield from export_hf_weights(self.bridge, self.chunks)
 
 
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
-
-
-def _weights(model: list):
-    for chunk in model:
-        yield from chunk.parameters()
-        yield from chunk.buffers()
 
 
 def _build(hf_path, megatron: MegatronConfig, *, trainable: bool, value_head: bool, bf16: bool,
@@ -121,7 +112,7 @@ def build_actor(hf_path, megatron: MegatronConfig, optim: OptimConfig, total_ste
     """The trained policy; `load_weights=False` keeps megatron's random initialisation (only `config.json` is
     read), for benchmarks of shapes whose weights would take long to write and read."""
     bridge, model = _build(hf_path, megatron, trainable=True, value_head=False, bf16=bf16, load_weights=load_weights)
-    return RoleModel("actor", bridge, model, *_optimizer(model, optim, megatron, total_steps, bf16))
+    return _trained("actor", bridge, model, optim, megatron, total_steps, bf16)
 
 
 def build_critic(hf_path, megatron: MegatronConfig, optim: OptimConfig, total_steps: int, bf16: bool = False,
@@ -139,26 +130,28 @@ def build_critic(hf_path, megatron: MegatronConfig, optim: OptimConfig, total_st
             head = torch.randn(layer.weight.shape, generator=generator) / layer.weight.shape[1] ** 0.5
         with torch.no_grad():
             layer.weight.copy_(head.to(layer.weight.dtype))
-    return RoleModel("critic", bridge, model, *_optimizer(model, optim, megatron, total_steps, bf16))
+    return _trained("critic", bridge, model, optim, megatron, total_steps, bf16)
 
 
 def build_frozen(hf_path, megatron: MegatronConfig, bf16: bool = False, value_head: bool = False) -> RoleModel:
     """An untrained model skeleton of the checkpoint's architecture, for loading a megarl checkpoint into."""
     bridge, model = _build(hf_path, megatron, trainable=False, value_head=value_head, bf16=bf16, load_weights=False)
-    return RoleModel("critic" if value_head else "actor", bridge, model)
+    return RoleModel("critic" if value_head else "actor", bridge, model, FrozenState(model, Residency()))
 
 
 def build_reference(hf_path, megatron: MegatronConfig, bf16: bool = False) -> RoleModel:
     bridge, model = _build(hf_path, megatron, trainable=False, value_head=False, bf16=bf16)
-    for tensor in _weights(model):
-        tensor.requires_grad_(False)
-    reference = RoleModel("reference", bridge, model)
-    reference.offload()
+    for chunk in model:
+        chunk.requires_grad_(False)
+    reference = RoleModel("reference", bridge, model, FrozenState(model, Residency(params=True)))
+    reference.state.settle()
     return reference
 
 
-def _optimizer(model, optim: OptimConfig, megatron: MegatronConfig, total_steps: int, bf16: bool):
-    return build_optimizer(
+def _trained(name: str, bridge, model: list, optim: OptimConfig, megatron: MegatronConfig, total_steps: int,
+             bf16: bool) -> RoleModel:
+    """A trained role with its optimizer, its weights and gradient buffers where `megatron`'s offloads put them."""
+    optimizer, scheduler = build_optimizer(
         model,
         lr=optim.lr,
         min_lr=optim.min_lr,
@@ -171,4 +164,7 @@ def _optimizer(model, optim: OptimConfig, megatron: MegatronConfig, total_steps:
         bf16=bf16,
         cpu_offload=megatron.optimizer_offload,
     )
+    state = TrainedState(model, Residency(params=megatron.param_offload, grads=megatron.grad_offload))
+    state.settle()
+    return RoleModel(name, bridge, model, state, optimizer, scheduler)
 

@@ -38,19 +38,6 @@ SHAPES = {
 }
 
 
-def parameter_count(shape: str) -> int:
-    c = SHAPES[shape]
-    head_dim = c.get("head_dim", c["hidden_size"] // c["num_attention_heads"])
-    q, kv = c["num_attention_heads"] * head_dim, c["num_key_value_heads"] * head_dim
-    attention = c["hidden_size"] * (q + 2 * kv) + q * c["hidden_size"]
-    if c["model_type"] == "qwen2":
-        attention += q + 2 * kv  # QKV bias
-    mlp = 3 * c["hidden_size"] * c["intermediate_size"]
-    layer = attention + mlp + 2 * c["hidden_size"]
-    embeddings = c["vocab_size"] * c["hidden_size"] * (1 if c["tie_word_embeddings"] else 2)
-    return c["num_hidden_layers"] * layer + embeddings + c["hidden_size"]
-
-
 def heads_split_problem(tp: int, kv_heads: int, heads: int | None = None) -> str | None:
     """Why tensor-parallel size `tp` cannot give every rank whole key/value heads (and whole attention heads,
     when `heads` is known), as words that follow the setting's name, e.g. "must divide the model's 14 attention

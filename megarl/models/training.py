@@ -15,6 +15,7 @@ from typing import Callable
 import torch
 from megatron.core import parallel_state
 from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+from megatron.core.optimizer.distrib_optimizer import HAVE_APEX_OR_TE
 from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 from megarl.models import fallbacks
 from megarl.models.forward import run_schedule
@@ -37,8 +38,14 @@ def build_optimizer(
     bf16: bool = False,
     cpu_offload: bool = False,
 ):
-    """megatron's distributed Adam(W) over the DDP-wrapped `model` chunks, and its LR/WD scheduler."""
+    """megatron's distributed Adam(W) over the DDP-wrapped `model` chunks, and its LR/WD scheduler.
+
+    `cpu_offload`: megatron's hybrid optimizer with its whole shard offloaded — fp32 master weights and Adam moments in
+    host memory, the step on the CPU (gradients copied out, updated bf16 weights copied in, both overlapped on side
+    streams). Precision-aware mode makes the distributed optimizer hand the hybrid one its bf16 shards instead of
+    keeping fp32 copies on the GPU. Without CUDA the state is in host memory already and the plain optimizer runs."""
     fallbacks.install()
+    offload = cpu_offload and torch.cuda.is_available()
     config = OptimizerConfig(
         optimizer="adam",
         lr=lr,
@@ -50,9 +57,19 @@ def build_optimizer(
         bf16=bf16,
         params_dtype=torch.bfloat16 if bf16 else torch.float32,
         use_distributed_optimizer=True,
-        optimizer_cpu_offload=cpu_offload,
+        optimizer_cpu_offload=offload,
+        optimizer_offload_fraction=1.0 if offload else 0.0,
+        overlap_cpu_optimizer_d2h_h2d=offload,
+        store_param_remainders=False,  # a TE FusedAdam feature
     )
+    if offload:
+        # megatron 0.16.1's OptimizerConfig.__post_init__ asks for TE's version whenever precision-aware mode is on
+        # and fails without TE, although the hybrid optimizer needs none: set the mode and what __post_init__ derives
+        # from it (with CPU offload) after construction.
+        config.use_precision_aware_optimizer = True
+        config.use_precision_aware_optimizer_no_fp8_or_ds_fp8 = True
     optimizer = get_megatron_optimizer(config, model)
+    allocate_optimizer_state(optimizer)
     scheduler = OptimizerParamScheduler(
         optimizer,
         init_lr=0.0 if lr_warmup_steps else lr,
@@ -67,6 +84,20 @@ def build_optimizer(
         wd_incr_style="constant",
     )
     return optimizer, scheduler
+
+
+def allocate_optimizer_state(optimizer) -> None:
+    """Adam's moments from the start, zero, instead of in the first step: a colocated engine sizes its KV cache against
+    what the trainer holds when the engine starts, so the trainer's footprint must not grow after that. (megatron 0.16
+    also reads torch Adam's step count when building the state dict a checkpoint loads into.) The hybrid offload
+    optimizer keeps its state in host memory and has no initializer; Apex/TE optimizers keep the step in their
+    param groups."""
+    for opt in getattr(optimizer, "chained_optimizers", [optimizer]):
+        if len(opt.optimizer.state) == 0 and opt.init_state_fn is not None:
+            opt.init_state_fn(opt.optimizer, opt.config)
+            if not HAVE_APEX_OR_TE:
+                for state in opt.optimizer.state.values():
+                    state["step"] = torch.tensor(0.0)
 
 
 def train_step(model: list, optimizer, scheduler, batches: list[PackedBatch], loss_fn: LossFn) -> dict[str, float]:

@@ -26,7 +26,7 @@ from megarl.trainer import stages
 from megarl.trainer.stages import Score
 from megarl.trainer.checkpoint import Checkpointer, find_resume_checkpoint, saved_step
 from megarl.trainer.metrics import MetricsLogger, check_loggers
-from megarl.trainer.perf import perf_metrics, summarise
+from megarl.trainer.perf import memory_metrics, perf_metrics, summarise
 from megarl.trainer.scaffold import endless, load_tokenizer, tell, total_steps, validates_at
 from megarl.trainer.validation import Validator
 from megarl.workers.actor import ActorWorker
@@ -38,10 +38,14 @@ from parallel.batch import Batch
 
 
 @contextmanager
-def timed(metrics: dict, name: str):
-    start = time.perf_counter()
+def timed(metrics: dict, name: str, windows: dict | None = None):
+    """`timing_s/{name}`; with `windows`, also the wall-clock span (time.time(), the clock of the workers' memory
+    samples) under `name`."""
+    start, wall_start = time.perf_counter(), time.time()
     yield
     metrics[f"timing_s/{name}"] = time.perf_counter() - start
+    if windows is not None:
+        windows[name] = (wall_start, time.time())
 
 
 @dataclass
@@ -78,38 +82,48 @@ class RLStep:
         self.critic_warmup = cfg.trainer.critic_warmup
 
     def __call__(self, step: int, prompts: Batch) -> tuple[Batch, dict[str, float]]:
-        roles, metrics = self.roles, {}
-        with timed(metrics, "gen"):
+        roles, metrics, windows = self.roles, {}, {}
+        phase = partial(timed, metrics, windows=windows)
+        with phase("gen"):
             batch = roles.rollout.generate(prompts, seed=self.seed + step)
         if self.algorithm.adv_estimator == "remax":
-            with timed(metrics, "gen_max"):
+            with phase("gen_max"):
                 batch = batch.union(stages.remax_baseline(roles.rollout, prompts, self.score, self.n))
         roles.rollout.release()
-        with timed(metrics, "reward"):
+        with phase("reward"):
             scored, reward_metrics = stages.score(batch, self.score)
             batch = batch.union(scored)
-        with timed(metrics, "old_log_prob"):
+        with phase("old_log_prob"):
             batch = batch.union(roles.actor.compute_log_prob(batch))
         gate = stages.logprob_gate(batch, self.max_logprob_mult_error)
         if roles.reference is not None:
-            with timed(metrics, "ref"):
+            with phase("ref"):
                 batch = batch.union(roles.reference.compute_ref_log_prob(batch))
         if roles.critic is not None:
-            with timed(metrics, "values"):
+            with phase("values"):
                 batch = batch.union(roles.critic.compute_values(batch))
-        with timed(metrics, "adv"):
+        with phase("adv"):
             rewarded, kl_metrics = stages.rewards(batch, self.algorithm, self.kl_controller)
             batch = batch.union(rewarded)
             batch = batch.union(stages.advantages(batch, self.algorithm))
         if roles.critic is not None:
-            with timed(metrics, "update_critic"):
+            with phase("update_critic"):
                 metrics.update(roles.critic.update_critic(batch)[0])
         if step > self.critic_warmup:
-            with timed(metrics, "update_actor"):
+            with phase("update_actor"):
                 metrics.update(roles.actor.update_actor(batch)[0])
-        with timed(metrics, "update_weights"):
+        with phase("update_weights"):
             metrics.update(roles.rollout.sync_weights())
-        return batch, {**metrics, **reward_metrics, **kl_metrics, **gate}
+        return batch, {**metrics, **reward_metrics, **kl_metrics, **gate, **self.memory(windows)}
+
+    def memory(self, windows: dict[str, tuple[float, float]]) -> dict[str, float]:
+        """`memory/*/peak_gb` of the step's phases, asked of every process of the actor's pool (and of the critic's,
+        when it has its own) with the step's span as the "step" window."""
+        step = (min(start for start, _ in windows.values()), max(end for _, end in windows.values()))
+        asked, critic = [self.roles.actor], self.roles.critic
+        if critic is not None and critic.group is not self.roles.actor.group:
+            asked.append(critic)
+        return memory_metrics([rank for role in asked for rank in role.memory_peaks({**windows, "step": step})])
 
 
 def train(cfg: MegaRLConfig) -> None:

@@ -1,4 +1,5 @@
-"""verl's `perf/*` metrics: tokens per second per device, the actor update's model FLOPs utilisation, memory.
+"""verl's `perf/*` metrics: tokens per second per device, the actor update's model FLOPs utilisation, memory; and
+`memory/*/peak_gb`, each phase's device-wide GPU peak and the step's host peak (GB: 1e9 bytes, as `perf/*`).
 
 MFU counts the dense matmul FLOPs of the actor's update (6 × parameters × tokens, plus causal attention) per
 PPO epoch, against the device's dense bf16 peak; devices without a known peak (CPUs) report no MFU.
@@ -47,6 +48,32 @@ def summarise(per_rank: list[dict]) -> dict:
     gpu = [r["max_memory_allocated_gb"] for r in per_rank if r["max_memory_allocated_gb"] is not None]
     return {"name": per_rank[0]["name"], "max_memory_allocated_gb": max(gpu) if gpu else None,
             "cpu_memory_used_gb": max(r["cpu_memory_used_gb"] for r in per_rank)}
+
+
+# The step's phases on the GPUs whose memory peak is reported: timing name → name in `memory/{name}/peak_gb`.
+MEMORY_PHASES = {"gen": "gen", "gen_max": "gen_max", "old_log_prob": "old_log_prob", "ref": "ref", "values": "values",
+                 "update_critic": "update_critic", "update_actor": "update_actor", "update_weights": "sync"}
+
+
+def memory_metrics(per_rank: list[dict]) -> dict[str, float]:
+    """Worker processes' `memory_peaks` answers (parallel/memory.py) → per phase that ran, the largest device-wide
+    peak of any GPU and the largest of the asked processes' torch reservations (none without GPUs);
+    `memory/host/peak_gb`: the largest node's used RAM over the "step" window."""
+    out = {}
+    for window, name in MEMORY_PHASES.items():
+        device = _largest(per_rank, window, "device")
+        if device is not None:
+            out[f"memory/{name}/peak_gb"] = device / 1e9
+            out[f"memory/{name}/reserved_gb"] = _largest(per_rank, window, "reserved") / 1e9
+    host = _largest(per_rank, "step", "host")
+    if host is not None:
+        out["memory/host/peak_gb"] = host / 1e9
+    return out
+
+
+def _largest(per_rank: list[dict], window: str, kind: str) -> int | None:
+    values = [rank[window][kind] for rank in per_rank if window in rank and rank[window][kind] is not None]
+    return max(values, default=None)
 
 
 def perf_metrics(batch: Batch, metrics: dict[str, float], world_size: int, hf_config, ppo_epochs: int,

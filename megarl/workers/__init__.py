@@ -22,8 +22,10 @@ class TrainedWorker(Worker):
     @worker_method()
     def save_checkpoint(self, path: str) -> None:
         """Weights, optimizer, LR scheduler and RNG states into `path` (megarl/models/checkpoint.py)."""
-        save_training_checkpoint(self.model, path)
+        with self.model.weights_in_use():
+            save_training_checkpoint(self.model, path)
 
     @worker_method()
     def load_checkpoint(self, path: str) -> None:
-        load_training_checkpoint(self.model, path)
+        with self.model.weights_in_use():
+            load_training_checkpoint(self.model, path)

@@ -25,9 +25,5 @@ class ReferenceWorker(Worker):
         """`ref_log_prob` [B, R] at the rollout temperature; the weights visit the GPU for this pass only."""
         seqs = sequences(batch)
         groups = self.inputs.log_prob.split([len(s) for s in seqs])
-        self.model.onload()
-        try:
-            logprobs = self.model.logprobs(seqs, groups, temperature=self.inputs.temperature)["logprobs"]
-        finally:
-            self.model.offload()
+        logprobs = self.model.logprobs(seqs, groups, temperature=self.inputs.temperature)["logprobs"]
         return Batch({"ref_log_prob": response_values(batch, logprobs)})

@@ -22,7 +22,7 @@ from parallel.worker import Worker, colocated
 class RolloutWorker(Worker):
     def __init__(self, inputs: RolloutInputs, actor_role: str = "actor"):
         self.inputs = inputs
-        actor = colocated(actor_role).model
+        self.actor = actor = colocated(actor_role).model
         self.placement = place_engines(inputs.train_tp, inputs.rollout.tensor_model_parallel_size)
         slot = self.placement.slot
         hf_config = load_hf_config(inputs.model_path)
@@ -41,11 +41,13 @@ class RolloutWorker(Worker):
     @worker_method(collect=Collect.RANK_ZERO)
     def sync_weights(self) -> dict[str, float]:
         """Resume the engine's weights, stream the actor's into them, resume the KV cache; returns the sync's
-        metrics (rank 0's)."""
+        metrics (rank 0's). The engine's allocator takes memory from the device, not from torch's cache: what the
+        trainer freed goes back to the device before each resume."""
+        torch.cuda.empty_cache()  # a no-op where CUDA never started
         self.engine.resume_memory([WEIGHTS])
-        stats = self.streamer.sync(self.engine.load_weights)
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()  # the sync's buckets, before the KV cache takes its share
+        with self.actor.weights_in_use():  # with param_offload the weights leave the GPU again afterwards
+            stats = self.streamer.sync(self.engine.load_weights)
+        torch.cuda.empty_cache()  # the sync's buckets, before the KV cache takes its share
         self.engine.resume_memory([KV_CACHE])
         return stats.metrics()
 

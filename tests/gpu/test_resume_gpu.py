@@ -13,13 +13,12 @@ import sys
 import pytest
 import torch
 
-from tests.helpers import REPO_ROOT, gpu_machine
+from tests.helpers import REPO_ROOT, WALL_CLOCK, gpu_machine
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the device machines)")
 
 ENV = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
        "CUDA_VISIBLE_DEVICES": "0"}
-TIMINGS = ("timing_s/", "perf/", "update_weights/stream_s")
 
 
 def train(out, *extra):
@@ -41,7 +40,7 @@ def train(out, *extra):
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, env=ENV)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: {k: v for k, v in r.items() if not k.startswith(TIMINGS)} for r in rows}
+    return {r["step"]: {k: v for k, v in r.items() if not k.startswith(WALL_CLOCK)} for r in rows}
 
 
 def test_a_resumed_run_reproduces_the_next_step(tmp_path):

@@ -84,6 +84,7 @@ def test_checks_against_the_model_config(tmp_path):
                         f"({tmp_path}/config.json)")
 
 
-def test_parameter_offload_is_refused_as_in_rl_recipes():
-    assert any("actor.megatron.param_offload is not implemented yet" in p
-               for p in problems("actor.megatron.param_offload=true"))
+def test_offloads_are_accepted_as_in_rl_recipes():
+    cfg = load("actor.megatron.param_offload=true", "actor.megatron.grad_offload=true",
+               "actor.megatron.optimizer_offload=true")
+    assert cfg.actor.megatron.param_offload and cfg.actor.megatron.grad_offload

@@ -151,7 +151,7 @@ def test_critic_and_reference_sizes_are_checked_when_those_roles_run():
     assert msg == "ref.log_prob_micro_batch_size_per_gpu=0 must be at least 1"
 
 
-def test_parameter_and_gradient_offload_are_refused_until_built():
-    assert "actor.megatron.param_offload is not implemented yet" in one_problem("actor.megatron.param_offload=true")
-    assert "critic.megatron.grad_offload is not implemented yet" in one_problem("critic.megatron.grad_offload=true")
-    load_config(overrides=["actor.megatron.optimizer_offload=true"])
+def test_offloads_load_for_every_trained_role():
+    cfg = load_config(overrides=["actor.megatron.param_offload=true", "critic.megatron.grad_offload=true",
+                                 "actor.megatron.optimizer_offload=true"])
+    assert cfg.actor.megatron.param_offload and cfg.critic.megatron.grad_offload and cfg.actor.megatron.optimizer_offload

@@ -161,9 +161,7 @@ def main():
         result["reference_offloaded_gpu_bytes"] = sum(
             t.numel() * t.element_size() for chunk in reference.chunks for t in chunk.parameters() if t.is_cuda
         )
-    reference.onload()
     ref_logprobs = reference.logprobs(seqs, MICRO_BATCHES)["logprobs"]
-    reference.offload()
     result["reference_max_abs_diff"] = max((a - b).abs().max().item() for a, b in zip(ref_logprobs, before["logprobs"]))
     result["lengths"] = lengths
 

@@ -4,14 +4,15 @@ import pytest
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from megarl.cli import main as megarl
-from megarl.models.shapes import SHAPES, hf_config, parameter_count
+from megarl.models.shapes import SHAPES, hf_config
+from megarl.plan.shape import ModelShape
 
 
 def test_tiny_model_and_its_tokenizer(tmp_path):
     assert megarl(["init-model", "--shape", "tiny", "--out", str(tmp_path / "tiny")]) == 0
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "tiny")
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "tiny")
-    assert sum(p.numel() for p in model.parameters()) == parameter_count("tiny")
+    assert sum(p.numel() for p in model.parameters()) == ModelShape.named("tiny").parameters
     assert model.config.eos_token_id == tokenizer.eos_token_id and model.config.pad_token_id == tokenizer.pad_token_id
     prompt = tokenizer.apply_chat_template([{"role": "user", "content": "12+7="}], add_generation_prompt=True,
                                            tokenize=False)

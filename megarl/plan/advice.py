@@ -1,0 +1,118 @@
+"""The cheapest recipe change that makes a plan fit, searched in order of cost: the offloads (optimizer, then
+gradients, then weights; a combination costs the sum, so single flags come before pairs), then a lower token budget
+(or micro-batch size) for the phases that do not fit, with as few offloads as possible, then a larger tensor-parallel
+size (the smallest that fits, within a node), with as few offloads as possible. Every change names its keys and
+values, and every candidate must pass the recipe's own validation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from megarl.config import ConfigError, validate_config
+from megarl.models.shapes import heads_split_problem
+from megarl.plan.inputs import PlanInputs, get_key, override
+from megarl.plan.phases import plan_memory
+from megarl.plan.result import MemoryPlan, PhaseEstimate
+from megarl.plan.tokens import BATCHING, budget_key
+
+OFFLOADS = ("optimizer_offload", "grad_offload", "param_offload")  # cheapest first
+BUDGET_STEP = 256  # a budget found is rounded down to a multiple of this many tokens
+
+Changes = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Advice:
+    changes: tuple[tuple[str, Any], ...]  # (dotted key, value)
+    plan: MemoryPlan  # the plan with the changes
+
+    @property
+    def overrides(self) -> tuple[str, ...]:
+        return tuple(override(key, value) for key, value in self.changes)
+
+
+def cheapest_fix(inputs: PlanInputs) -> Advice | None:
+    """None when no change tried fits."""
+    for changes in _candidates(inputs):
+        changed = inputs.with_changes(changes)
+        plan = plan_memory(changed)
+        if plan.fits and _valid(changed):
+            return Advice(tuple(changes.items()), plan)
+    return None
+
+
+def _candidates(inputs: PlanInputs) -> Iterator[Changes]:
+    offloads = _offload_sets(inputs)
+    yield from offloads[1:]
+    for flags in offloads:
+        budgets = _lower_budgets(inputs.with_changes(flags))
+        if budgets:
+            yield {**flags, **budgets}
+    for tp_changes in _larger_tp(inputs):
+        for flags in offloads:
+            yield {**flags, **tp_changes}
+
+
+def _offload_sets(inputs: PlanInputs) -> list[Changes]:
+    """Offload flags not yet set, every combination, cheapest first (the empty one first), without repeats."""
+    roles = ["actor", "critic"] if inputs.cfg.use_critic else ["actor"]
+    sets: list[Changes] = []
+    for mask in range(1 << len(OFFLOADS)):
+        flags = [flag for bit, flag in enumerate(OFFLOADS) if mask >> bit & 1]
+        keys = [f"{role}.megatron.{flag}" for flag in flags for role in roles]
+        changes = {key: True for key in keys if not get_key(inputs.cfg, key)}
+        if changes not in sets:
+            sets.append(changes)
+    return sets
+
+
+def _lower_budgets(inputs: PlanInputs) -> Changes | None:
+    """For every phase that does not fit, the largest budget with which it does; None when a phase that does not
+    fit has no budget (gen, sync, host memory) or does not fit even with one sequence per micro-batch."""
+    changes: Changes = {}
+    for estimate in plan_memory(inputs).failing:
+        if not isinstance(estimate, PhaseEstimate) or estimate.name not in BATCHING:
+            return None
+        key = budget_key(inputs, estimate.name)
+        value = _largest_fitting(inputs, estimate, key)
+        if value is None:
+            return None
+        changes[key] = value
+    return changes
+
+
+def _largest_fitting(inputs: PlanInputs, estimate: PhaseEstimate, key: str) -> int | None:
+    def fits(value: int) -> bool:
+        changed = inputs.with_changes({key: value})
+        return plan_memory(changed).phase(estimate.name, estimate.pool).fits and _valid(changed)
+
+    current = get_key(inputs.cfg, key)
+    if key != BATCHING[estimate.name].tokens_key:  # a micro-batch size in samples: few values, each tried
+        return next((size for size in range(current - 1, 0, -1) if fits(size)), None)
+    low, high = inputs.sequence_tokens, current - 1  # below one sequence a budget changes nothing
+    if high < low or not fits(low):
+        return None
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle - 1)
+    return max(inputs.sequence_tokens, low // BUDGET_STEP * BUDGET_STEP)
+
+
+def _larger_tp(inputs: PlanInputs) -> Iterator[Changes]:
+    """Multiples of the actor's TP up to a node's GPUs that split the model's heads (a multiple keeps every batch
+    split valid); a colocated critic shares the actor's mesh, so it follows."""
+    cfg = inputs.cfg
+    tp, shape = cfg.actor.megatron.tensor_model_parallel_size, inputs.policy
+    roles = ["actor", "critic"] if cfg.use_critic and not cfg.critic.enable_resource_pool else ["actor"]
+    for larger in range(2 * tp, cfg.trainer.n_gpus_per_node + 1, tp):
+        if heads_split_problem(larger, shape.kv_heads, shape.heads) is None:
+            yield {f"{role}.megatron.tensor_model_parallel_size": larger for role in roles}
+
+
+def _valid(inputs: PlanInputs) -> bool:
+    try:
+        validate_config(inputs.cfg)
+    except ConfigError:
+        return False
+    return True

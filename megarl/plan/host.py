@@ -1,0 +1,29 @@
+"""Host memory of one node: per GPU a trainer worker process and an SGLang scheduler process (their baselines), the
+pinned and offloaded copies the roles keep there (parallel/offload.py, megatron's hybrid optimizer, the reference's
+host copy), and on the first node the driver."""
+
+from __future__ import annotations
+
+from megarl.plan.calibration import gib
+from megarl.plan.inputs import PlanInputs
+from megarl.plan.result import HostEstimate, Parts
+from megarl.plan.state import RoleState
+
+
+def host_estimates(inputs: PlanInputs, trainer_roles: tuple[RoleState, ...], critic: RoleState | None,
+                   colocated_critic: bool) -> tuple[HostEstimate, ...]:
+    cal, cfg = inputs.calibration, inputs.cfg
+    gpus = cfg.trainer.n_gpus_per_node
+    trainer = (("worker processes", gpus * gib(cal.host_worker_gib)),
+               ("engine processes", gpus * gib(cal.host_engine_gib)),
+               ("driver", gib(cal.host_driver_gib))) + _copies(trainer_roles, gpus)
+    hosts = [HostEstimate("trainer", trainer, inputs.host_bytes)]
+    if critic is not None and not colocated_critic:
+        critic_gpus = cfg.critic.n_gpus_per_node
+        own = (("worker processes", critic_gpus * gib(cal.host_worker_gib)),) + _copies((critic,), critic_gpus)
+        hosts.append(HostEstimate("critic", own, inputs.host_bytes))
+    return tuple(hosts)
+
+
+def _copies(roles: tuple[RoleState, ...], gpus: int) -> Parts:
+    return tuple((name, gpus * size) for state in roles for name, size in state.host_parts())

@@ -1,0 +1,138 @@
+"""Each phase's peak on the fullest GPU, device-wide: the trainer's worker process (every colocated role) and the
+SGLang scheduler process of the GPU's engine rank.
+
+- gen: the engine holds its static share. SGLang's rule (`profile_max_num_token` in
+  python/sglang/srt/model_executor/model_runner.py, model_runner_kv_cache_mixin.py in recent versions): the KV pool
+  gets `free_after_load − free_at_start × (1 − mem_fraction_static)` bytes, free memory measured when the engine
+  starts (after the roles are built and their offloads applied) and after it loads its weights; so its weights and
+  KV cache together take mem_fraction_static of what the trainer left free, and memory the trainer frees before the
+  engine starts goes to the KV cache in that proportion. The trainer's resident state stays. SGLang's runtime
+  buffers come on top (in the 1 − fraction it leaves).
+- old_log_prob / ref / values: one forward micro-batch (one layer's activations; the log-prob passes add the
+  logits and the log-prob function's chunks); the reference's weights visit the GPU for its pass.
+- update_actor / update_critic: weights, gradients and (unless offloaded) optimizer state, and the activations of
+  one training micro-batch (the actor's also its logits and their gradient).
+- sync: the engine's weights resumed and filled bucket by bucket while the actor's weights are on the GPU; then the
+  KV cache resumes (the larger of the two moments counts).
+Every phase also holds the two processes' CUDA contexts and what the released engine keeps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from megarl.plan.activations import forward_bytes, logits_bytes, training_bytes
+from megarl.plan.calibration import GIB, gib
+from megarl.plan.host import host_estimates
+from megarl.plan.inputs import PlanInputs
+from megarl.plan.result import MemoryPlan, Parts, PhaseEstimate
+from megarl.plan.state import RoleState, role_states
+from megarl.plan.tokens import micro_batch_tokens
+
+STEP_ORDER = ("gen", "old_log_prob", "ref", "values", "update_critic", "update_actor", "sync")
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One GPU's engine rank while generating."""
+
+    free_at_start: int  # what the trainer left free when the engine started
+    weights: int
+    kv_cache: int  # may be negative: the share does not even hold the weights
+    kv_cache_tokens: int
+
+
+def plan_memory(inputs: PlanInputs) -> MemoryPlan:
+    states = role_states(inputs)
+    colocated_critic = "critic" in states and not inputs.cfg.critic.enable_resource_pool
+    trainer_roles = tuple(s for name, s in states.items() if name != "critic" or colocated_critic)
+    engine = _engine(inputs, _resident(trainer_roles, "gen"))
+    phases = [_phase(inputs, name, "trainer", trainer_roles, engine) for name in STEP_ORDER
+              if name in _trainer_phases(states, colocated_critic)]
+    if "critic" in states and not colocated_critic:
+        phases += [_phase(inputs, name, "critic", (states["critic"],), None) for name in ("values", "update_critic")]
+    return MemoryPlan(tuple(phases), host_estimates(inputs, trainer_roles, states.get("critic"), colocated_critic),
+                      engine.kv_cache_tokens)
+
+
+def _trainer_phases(states: dict[str, RoleState], colocated_critic: bool) -> set[str]:
+    names = {"gen", "old_log_prob", "update_actor", "sync"}
+    if "reference" in states:
+        names.add("ref")
+    if colocated_critic:
+        names |= {"values", "update_critic"}
+    return names
+
+
+def _resident(roles: tuple[RoleState, ...], phase: str) -> Parts:
+    return tuple(part for state in roles for part in state.gpu_parts(phase))
+
+
+def _engine(inputs: PlanInputs, resident: Parts) -> Engine:
+    cfg, cal = inputs.cfg, inputs.calibration
+    free = inputs.gpu_bytes - 2 * gib(cal.cuda_context_gib) - sum(size for _, size in resident)
+    share = int(cfg.rollout.gpu_memory_utilization * max(free, 0))
+    tp = cfg.rollout.tensor_model_parallel_size
+    weights = 2 * inputs.policy.parameters // tp
+    kv_cache = share - weights
+    return Engine(free, weights, kv_cache, max(kv_cache, 0) // inputs.policy.kv_cache_bytes_per_token(tp))
+
+
+def _phase(inputs: PlanInputs, name: str, pool: str, roles: tuple[RoleState, ...],
+           engine: Engine | None) -> PhaseEstimate:
+    cal = inputs.calibration
+    base: Parts = (("CUDA contexts", gib(cal.cuda_context_gib) * (2 if engine else 1)),)
+    if engine:
+        base += (("released engine", gib(cal.released_engine_gib)),)
+    if name == "gen":
+        return _gen(inputs, base + _resident(roles, "gen"), engine)
+    if name == "sync":
+        return _sync(inputs, base, roles, engine)
+    return PhaseEstimate(name, pool, base + _resident(roles, name) + _work(inputs, name), inputs.gpu_bytes)
+
+
+def _gen(inputs: PlanInputs, held: Parts, engine: Engine) -> PhaseEstimate:
+    cal, cfg = inputs.calibration, inputs.cfg
+    parts = held + (("engine weights", engine.weights), ("engine KV cache", max(engine.kv_cache, 0)),
+                    ("engine workspace", gib(cal.generation_workspace_gib)))
+    problem = None
+    if engine.free_at_start > 0 and engine.kv_cache_tokens < inputs.sequence_tokens:  # else the bytes do not fit
+        problem = (f"the engine's share, rollout.gpu_memory_utilization={cfg.rollout.gpu_memory_utilization} of the "
+                   f"{engine.free_at_start / GIB:.1f} GiB the trainer leaves free, holds {engine.kv_cache_tokens} "
+                   f"KV-cache tokens beside its weights, fewer than one sequence ({inputs.sequence_tokens})")
+    return PhaseEstimate("gen", "trainer", parts, inputs.gpu_bytes,
+                         note=f"KV cache {engine.kv_cache_tokens:,} tokens", problem=problem)
+
+
+def _sync(inputs: PlanInputs, base: Parts, roles: tuple[RoleState, ...], engine: Engine) -> PhaseEstimate:
+    streaming = base + _resident(roles, "sync") + (("engine weights", engine.weights),
+                                                    ("sync bucket", gib(inputs.calibration.sync_bucket_gib)))
+    resumed = base + _resident(roles, "gen") + (("engine weights", engine.weights),
+                                                 ("engine KV cache", max(engine.kv_cache, 0)))
+    if sum(s for _, s in streaming) >= sum(s for _, s in resumed):
+        return PhaseEstimate("sync", "trainer", streaming, inputs.gpu_bytes, note="while the weights stream")
+    return PhaseEstimate("sync", "trainer", resumed, inputs.gpu_bytes, note="once the KV cache resumes")
+
+
+def _work(inputs: PlanInputs, phase: str) -> Parts:
+    """The phase's own transient memory: activations, logits, the log-prob function's chunks."""
+    cfg, cal = inputs.cfg, inputs.calibration
+    tokens = micro_batch_tokens(inputs, phase)
+    if phase in ("values", "update_critic"):
+        shape, mesh, recompute = inputs.critic, inputs.mesh("critic"), cfg.critic.megatron.recompute_granularity
+    else:
+        shape, mesh, recompute = inputs.policy, inputs.mesh("actor"), cfg.actor.megatron.recompute_granularity
+    if phase.startswith("update"):
+        activations = training_bytes(shape, mesh, tokens, recompute)
+    else:
+        activations = forward_bytes(shape, mesh, tokens)
+    parts: Parts = (("activations", round(cal.activation_scale * activations)),)
+    if phase not in ("values", "update_critic"):  # the value head's output is one number per token
+        logits = logits_bytes(shape, mesh, tokens)
+        # megatron's GPTModel returns the logits transposed and made contiguous: in a forward pass the output layer's
+        # logits and that copy are alive together; in an update the copy and its gradient are.
+        parts += (("logits", logits), ("logit grads" if phase == "update_actor" else "logits (copy)", logits),
+                  ("log-prob chunks", gib(cal.logprob_chunks_gib)))
+    if phase.startswith("update"):
+        parts += (("allocator reserve", round(cal.update_reserve_fraction * sum(size for _, size in parts))),)
+    return parts

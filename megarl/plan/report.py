@@ -1,0 +1,84 @@
+"""The memory plan as text: what was planned, a table of phases (GiB per GPU) and host memory (GiB per node) with
+a verdict each, what does not fit and the cheapest change that makes it fit."""
+
+from __future__ import annotations
+
+from megarl.plan.advice import Advice
+from megarl.plan.calibration import GIB
+from megarl.plan.inputs import PlanInputs
+from megarl.plan.result import HostEstimate, MemoryPlan, Parts, PhaseEstimate
+
+SHOWN_PARTS = 3  # the largest parts named in each row
+
+
+def render(inputs: PlanInputs, plan: MemoryPlan, advice: Advice | None, model: str) -> str:
+    """`model` says where the model's shape came from (a config.json path, or a shape name)."""
+    return "\n".join([*_header(inputs, model), "", *_table(plan), "", *_verdict(plan, advice)])
+
+
+def _header(inputs: PlanInputs, model: str) -> list[str]:
+    cfg, shape, mesh = inputs.cfg, inputs.policy, inputs.mesh("actor")
+    trainer, rollout = cfg.trainer, cfg.rollout
+    per_gpu = _billions(shape.gpu_parameters(mesh.tp, mesh.pp))
+    return [
+        f"model: {model}: {shape.layers} layers, hidden {shape.hidden}, vocabulary {shape.vocab}, "
+        + f"{_billions(shape.parameters)} parameters",
+        f"layout: {trainer.nnodes} node(s) × {trainer.n_gpus_per_node} GPUs; actor TP {mesh.tp} PP {mesh.pp} "
+        + f"CP {mesh.cp} DP {mesh.dp} ({per_gpu} parameters per GPU); rollout TP {rollout.tensor_model_parallel_size}, "
+        + f"engine share {rollout.gpu_memory_utilization}",
+        f"batch: {cfg.data.train_batch_size} prompts × {rollout.n} responses of {cfg.data.max_prompt_length} + "
+        + f"{cfg.data.max_response_length} tokens; recompute {cfg.actor.megatron.recompute_granularity}",
+        f"memory: {inputs.gpu_bytes / GIB:.1f} GiB per GPU, {inputs.host_bytes / GIB:.1f} GiB per node",
+    ]
+
+
+def _table(plan: MemoryPlan) -> list[str]:
+    rows = [("phase", "GiB", "fits", "largest parts (GiB)")]
+    for estimate in (*plan.phases, *plan.hosts):
+        note = estimate.note if isinstance(estimate, PhaseEstimate) else ""
+        rows.append((_label(estimate), f"{estimate.total / GIB:.1f}", "yes" if estimate.fits else "NO",
+                     _largest(estimate.parts, note)))
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    return [f"{r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}".rstrip() for r in rows]
+
+
+def _largest(parts: Parts, note: str) -> str:
+    merged: dict[str, int] = {}
+    for name, size in parts:
+        merged[name] = merged.get(name, 0) + size
+    largest = sorted(merged.items(), key=lambda item: -item[1])[:SHOWN_PARTS]
+    text = ", ".join(f"{name} {size / GIB:.1f}" for name, size in largest)
+    return f"{text}; {note}" if note else text
+
+
+def _verdict(plan: MemoryPlan, advice: Advice | None) -> list[str]:
+    if plan.fits:
+        return ["fits: every phase on its GPUs and the host memory of every node"]
+    lines = ["does not fit:"]
+    for estimate in plan.failing:
+        lines.append(f"  - {_shortfall(estimate)}")
+    if advice is None:
+        lines.append("no change tried fits (offloads, lower token budgets, a larger TP within a node): more GPUs or "
+                     "nodes, or ones with more memory")
+        return lines
+    lines.append(f"cheapest change that fits: {' '.join(advice.overrides)}")
+    changed = [f"{_label(e)} {e.total / GIB:.1f} GiB" for e in (*advice.plan.phases, *advice.plan.hosts)
+               if any(_label(f) == _label(e) for f in plan.failing)]
+    lines.append(f"  with it: {', '.join(changed)}")
+    return lines
+
+
+def _label(estimate: PhaseEstimate | HostEstimate) -> str:
+    if isinstance(estimate, HostEstimate):
+        return "host/node" if estimate.pool == "trainer" else "host/node (critic)"
+    return estimate.name if estimate.pool == "trainer" else f"{estimate.name} (critic GPUs)"
+
+
+def _shortfall(estimate: PhaseEstimate | HostEstimate) -> str:
+    if isinstance(estimate, PhaseEstimate) and estimate.problem:
+        return f"{_label(estimate)}: {estimate.problem}"
+    return f"{_label(estimate)} needs {estimate.total / GIB:.1f} GiB of {estimate.limit / GIB:.1f}"
+
+
+def _billions(count: int) -> str:
+    return f"{count / 1e9:.2f}B"

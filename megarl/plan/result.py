@@ -1,0 +1,66 @@
+"""What a memory plan predicts, as typed values that the `megarl plan` table, the launch check and tests read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+Parts = tuple[tuple[str, int], ...]  # (what holds the memory, bytes), in the order they were added
+
+
+class _Summed:
+    parts: Parts
+
+    @property
+    def total(self) -> int:
+        return sum(size for _, size in self.parts)
+
+    def part(self, name: str) -> int:
+        """The bytes held by `name` (0 when nothing is)."""
+        return sum(size for part, size in self.parts if part == name)
+
+
+@dataclass(frozen=True)
+class PhaseEstimate(_Summed):
+    """One phase's peak on the fullest GPU of a pool (device-wide: every process on the GPU)."""
+
+    name: str  # gen | old_log_prob | ref | values | update_critic | update_actor | sync (perf.py's memory names)
+    pool: str  # trainer | critic (the critic's own GPUs, with critic.enable_resource_pool)
+    parts: Parts
+    limit: int  # the GPU's memory, bytes
+    note: str = ""  # what else the table says about the phase, e.g. the KV cache's capacity
+    problem: str | None = None  # why the phase cannot run even though its bytes may fit
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= self.limit and self.problem is None
+
+
+@dataclass(frozen=True)
+class HostEstimate(_Summed):
+    """One node's host memory while the run trains (the first node of a pool: it also hosts the driver)."""
+
+    pool: str
+    parts: Parts
+    limit: int  # the node's memory, bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= self.limit
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    phases: tuple[PhaseEstimate, ...]  # in step order
+    hosts: tuple[HostEstimate, ...]
+    kv_cache_tokens: int  # the engine's KV cache capacity per engine (every engine rank holds the same tokens)
+
+    @property
+    def fits(self) -> bool:
+        return all(p.fits for p in self.phases) and all(h.fits for h in self.hosts)
+
+    @property
+    def failing(self) -> tuple[PhaseEstimate | HostEstimate, ...]:
+        return tuple(e for e in (*self.phases, *self.hosts) if not e.fits)
+
+    def phase(self, name: str, pool: str = "trainer") -> PhaseEstimate:
+        return next(p for p in self.phases if p.name == name and p.pool == pool)

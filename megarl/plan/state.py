@@ -1,0 +1,75 @@
+"""Where each role's weights, gradients and optimizer state are, phase by phase (parallel/offload.py's residency).
+
+Per GPU, with P the role's parameters on it: bf16 weights 2P; fp32 gradient buffers 4P (grad_reduce_in_fp32);
+megatron's distributed optimizer, sharded over the data- and context-parallel ranks (S of them), holds fp32 master
+weights 4P/S and Adam's two moments 8P/S. The offloads change where they are:
+- optimizer_offload: the 12P/S live in host memory (megatron's hybrid optimizer, steps there) with a pinned host
+  copy of the gradient shard (4P/S); the GPU holds none of it, in any phase.
+- grad_offload: the gradient buffers are freed outside the role's own update (nothing is copied out).
+- param_offload: the weights move to a pinned host copy (2P) outside the role's own calls.
+The reference is frozen (no gradients, no optimizer) and always offloaded: on the GPU only for its forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from megarl.config import MegatronConfig
+from megarl.plan.inputs import Mesh, PlanInputs
+from megarl.plan.result import Parts
+
+# The phases in which each role's weights are in use (the actor's also while they stream into the engines).
+CALLS = {"actor": ("old_log_prob", "update_actor", "sync"), "critic": ("values", "update_critic"),
+         "reference": ("ref",)}
+UPDATES = {"actor": "update_actor", "critic": "update_critic"}
+
+
+@dataclass(frozen=True)
+class RoleState:
+    role: str  # actor | critic | reference
+    parameters: int  # on the fullest GPU
+    optimizer_shards: int
+    trained: bool
+    param_offload: bool
+    grad_offload: bool
+    optimizer_offload: bool
+
+    def gpu_parts(self, phase: str) -> Parts:
+        """The role's bytes on its GPU during `phase`."""
+        p, parts = self.parameters, []
+        if not self.param_offload or phase in CALLS[self.role]:
+            parts.append((f"{self.role} weights", 2 * p))
+        if self.trained:
+            if not self.grad_offload or phase == UPDATES[self.role]:
+                parts.append((f"{self.role} grads", 4 * p))
+            if not self.optimizer_offload:
+                parts.append((f"{self.role} optimizer", 12 * p // self.optimizer_shards))
+        return tuple(parts)
+
+    def host_parts(self) -> Parts:
+        """The role's pinned or offloaded host copies, per GPU process."""
+        p, parts = self.parameters, []
+        if self.param_offload:
+            parts.append((f"{self.role} weights", 2 * p))
+        if self.trained and self.optimizer_offload:
+            parts.append((f"{self.role} optimizer", 16 * p // self.optimizer_shards))
+        return tuple(parts)
+
+
+def role_states(inputs: PlanInputs) -> dict[str, RoleState]:
+    """The roles the recipe runs: the actor; the reference with a KL term; the critic with GAE."""
+    cfg, mesh = inputs.cfg, inputs.mesh("actor")
+    states = {"actor": _trained("actor", inputs.policy.gpu_parameters(mesh.tp, mesh.pp), mesh, cfg.actor.megatron)}
+    if cfg.use_reference:
+        states["reference"] = RoleState("reference", states["actor"].parameters, mesh.optimizer_shards, trained=False,
+                                        param_offload=True, grad_offload=False, optimizer_offload=False)
+    if cfg.use_critic:
+        mesh = inputs.mesh("critic")
+        parameters = inputs.critic.gpu_parameters(mesh.tp, mesh.pp, value_head=True)
+        states["critic"] = _trained("critic", parameters, mesh, cfg.critic.megatron)
+    return states
+
+
+def _trained(role: str, parameters: int, mesh: Mesh, megatron: MegatronConfig) -> RoleState:
+    return RoleState(role, parameters, mesh.optimizer_shards, trained=True, param_offload=megatron.param_offload,
+                     grad_offload=megatron.grad_offload, optimizer_offload=megatron.optimizer_offload)

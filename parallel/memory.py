@@ -1,0 +1,146 @@
+"""Device-wide GPU memory and the node's host memory over time, so that the driver can ask for the peak of each
+phase of a step after the step.
+
+Each worker process runs one sampler thread (`start`, from `WorkerHost.join`). Every `INTERVAL_S` it records
+(time.time(), device bytes used, host bytes used):
+- device: total − free of this process's GPU from cudaMemGetInfo, which counts every process on the device (the
+  SGLang engine's scheduler processes included), where torch's allocator statistics see this process only;
+- host: the node's used RAM (psutil's `used`);
+- reserved: what this process's torch allocator holds on that GPU (its cache included): the trainer's share of the
+  device figure, which tells a phase's own tensors from the engine's and the other processes' memory.
+Times are wall-clock so that windows timed by the driver, another process and maybe another node, compare with
+them (NTP keeps nodes' clocks within milliseconds, below the interval).
+
+A window's peak is the largest of the samples that bound it: those inside it, the last one at or before its start
+and the first one at or after its end. Memory between two samples is unknown, so a spike just inside an edge counts,
+and a window shorter than the interval still gets a value. `peaks` takes a sample of its own first, so a window
+that ended just before the query has a sample after it.
+
+The samples live in a ring of fixed size (the last `RETAINED_S` at the interval, 24 bytes each): memory stays
+bounded in processes nobody asks (SFT runs), and older samples are dropped as new ones come. A window that starts
+before the oldest sample held gets None: its start is not known.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+INTERVAL_S = 0.01
+RETAINED_S = 3600.0
+
+Reader = Callable[[], int]  # bytes used now
+Windows = dict[str, tuple[float, float]]  # name: (start, end), time.time() seconds
+
+
+def device_reader() -> Reader | None:
+    """Bytes used on this process's current GPU by every process on it; None without CUDA."""
+    if not torch.cuda.is_available():
+        return None
+    device = torch.cuda.current_device()  # the sampler thread has its own current device: name this one
+
+    def used() -> int:
+        free, total = torch.cuda.mem_get_info(device)
+        return total - free
+
+    return used
+
+
+def reserved_reader() -> Reader | None:
+    """Bytes torch's caching allocator of this process holds on its GPU; None without CUDA."""
+    if not torch.cuda.is_available():
+        return None
+    device = torch.cuda.current_device()
+    return lambda: torch.cuda.memory_reserved(device)
+
+
+def host_used() -> int:
+    import psutil
+
+    return psutil.virtual_memory().used
+
+
+class MemorySampler:
+    """A ring of (time, device bytes, host bytes, reserved bytes) samples; `device_used` None: no device to sample
+    (and then no reservation either)."""
+
+    def __init__(self, device_used: Reader | None, host_used: Reader, clock: Callable[[], float] = time.time,
+                 capacity: int = round(RETAINED_S / INTERVAL_S), reserved: Reader | None = None):
+        self.device_used, self.host_used, self.clock = device_used, host_used, clock
+        self.reserved_used = reserved if device_used is not None else None
+        self.times = np.full(capacity, np.nan)  # NaN: a slot not yet written, outside every window
+        self.device = np.zeros(capacity)  # float64 holds byte counts exactly (below 2**53)
+        self.host = np.zeros(capacity)
+        self.reserved = np.zeros(capacity)
+        self.written = 0
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+
+    def sample(self) -> None:
+        now = self.clock()
+        device = self.device_used() if self.device_used is not None else 0
+        host = self.host_used()
+        reserved = self.reserved_used() if self.reserved_used is not None else 0
+        with self.lock:
+            slot = self.written % len(self.times)
+            self.times[slot], self.device[slot], self.host[slot] = now, device, host
+            self.reserved[slot] = reserved
+            self.written += 1
+
+    def peaks(self, windows: Windows) -> dict[str, dict[str, int | None]]:
+        """Per window, {"device": peak bytes or None, "host": peak bytes or None, "reserved": peak bytes or None}."""
+        self.sample()
+        with self.lock:
+            return {name: self._peak(start, end) for name, (start, end) in windows.items()}
+
+    def _peak(self, start: float, end: float) -> dict[str, int | None]:
+        before, after = self.times[self.times <= start], self.times[self.times >= end]
+        if not before.size:
+            return {"device": None, "host": None, "reserved": None}
+        last = after.min() if after.size else end  # a window reaching past the query: up to its end
+        bounding = (self.times >= before.max()) & (self.times <= last)
+        device = int(self.device[bounding].max()) if self.device_used is not None else None
+        reserved = int(self.reserved[bounding].max()) if self.reserved_used is not None else None
+        return {"device": device, "host": int(self.host[bounding].max()), "reserved": reserved}
+
+    def run(self, interval_s: float) -> None:
+        """Sample every `interval_s` until `stop`; a daemon thread, so it never holds the process open."""
+        threading.Thread(target=self._loop, args=(interval_s,), name="memory-sampler", daemon=True).start()
+
+    def _loop(self, interval_s: float) -> None:
+        while not self.stopped.wait(interval_s):
+            self.sample()
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+
+_SAMPLER: MemorySampler | None = None  # this process's: one per worker process
+
+
+def start() -> None:
+    """Start this process's sampler, once (after its CUDA device is set: the sampler reads that device)."""
+    global _SAMPLER
+    if _SAMPLER is None:
+        _SAMPLER = MemorySampler(device_reader(), host_used, reserved=reserved_reader())
+        _SAMPLER.sample()  # a first sample now: windows starting from here on are known
+        _SAMPLER.run(INTERVAL_S)
+
+
+def stop() -> None:
+    global _SAMPLER
+    if _SAMPLER is not None:
+        _SAMPLER.stop()
+        _SAMPLER = None
+
+
+def peaks(windows: Windows) -> dict[str, dict[str, int | None]]:
+    """This process's device and host peaks in each window (see the module's docstring)."""
+    if _SAMPLER is None:
+        raise RuntimeError("no memory sampler runs in this process: parallel.memory.start() starts it "
+                           "(WorkerHost.join does, in every worker process)")
+    return _SAMPLER.peaks(windows)

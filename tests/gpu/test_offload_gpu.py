@@ -1,0 +1,38 @@
+"""GPU (one device): optimizer, parameter and gradient offload move what they say, change no number they should not,
+and an offloaded optimizer starts from the loaded weights (Megatron-LM PR #5071)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.helpers import REPO_ROOT
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the device machines)")
+
+ENV = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+       "CUDA_VISIBLE_DEVICES": "0"}
+
+
+def test_offloads_move_state_off_the_gpu_and_keep_loaded_weights(tmp_path):
+    from megarl.models.init_model import write_model
+
+    model = write_model("qwen2.5-0.5b", tmp_path / "model", dtype=torch.bfloat16, num_hidden_layers=4)
+    worker = Path(__file__).with_name("offload_worker.py")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", str(worker),
+                           str(model), str(tmp_path / "ckpt"), str(tmp_path / "out.json")],
+                          capture_output=True, text=True, timeout=600, env=ENV)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    r = json.loads((tmp_path / "out.json").read_text())
+    print(json.dumps(r))
+    params = r["params_per_rank"]
+    # bf16 weights 2 B, fp32 grads 4 B; the fp32 master copy and the two Adam moments (12 B) leave with the optimizer
+    assert r["plain_after_update_bytes"] - r["optimizer_offload_after_update_bytes"] >= 12 * params
+    assert r["plain_built_bytes"] - r["param_grad_offload_built_bytes"] >= 0.95 * 6 * params
+    assert r["plain_after_update_bytes"] - r["param_grad_offload_after_update_bytes"] >= 0.95 * 6 * params
+    assert r["param_offload_weights_equal_plain"]
+    assert r["checkpoint_differs_from_hf"] and r["hf_load_kept"] and r["checkpoint_load_kept"]

@@ -1,0 +1,80 @@
+"""`megarl plan`: the table, the verdicts and the exit codes (0 fits, 1 does not fit, 2 a wrong recipe or option)."""
+
+import json
+import subprocess
+
+import pytest
+
+from megarl.cli import main
+from megarl.models.shapes import SHAPES
+from megarl.plan import command, machine
+
+QWEN3_8B_RECIPE = "recipes/qwen3_8b_grpo_gsm8k_4gpu.yaml"
+
+PHASES = ("gen", "old_log_prob", "ref", "update_actor", "sync", "host/node")
+
+
+def plan(capsys, *args):
+    code = main(["plan", "--recipe", QWEN3_8B_RECIPE, *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def rows(out: str) -> dict[str, list[str]]:
+    """The table's rows by phase: [phase, GiB, fits, parts...]."""
+    cells = [line.split() for line in out.splitlines()]
+    return {row[0]: row for row in cells if row and row[0] in PHASES}
+
+
+def test_a_shape_that_fits(capsys):
+    code, out, _ = plan(capsys, "--shape", "qwen3-8b", "--gpu-memory", "80", "--host-memory", "512")
+    assert code == 0
+    table = rows(out)
+    assert list(table) == list(PHASES)  # GRPO with a KL loss: no critic phases
+    assert all(row[2] == "yes" for row in table.values())
+    assert "model: qwen3-8b: 36 layers" in out and "fits: every phase" in out
+
+
+def test_a_shape_that_does_not_fit_names_the_cheapest_change(capsys):
+    code, out, _ = plan(capsys, "--shape", "qwen3-8b", "--gpu-memory", "24", "--host-memory", "512",
+                        "actor.megatron.optimizer_offload=false")
+    assert code == 1
+    assert rows(out)["update_actor"][2] == "NO"
+    assert "does not fit:\n  - " in out and "update_actor needs" in out
+    assert "cheapest change that fits: actor.megatron.optimizer_offload=true" in out
+
+
+def test_a_directory_holding_only_config_json_and_fewer_layers(capsys, tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(SHAPES["qwen3-8b"]))
+    code, out, _ = plan(capsys, f"model.path={tmp_path}", "--layers", "18", "--gpu-memory", "80",
+                        "--host-memory", "512")
+    assert code == 0
+    assert f"model: {tmp_path}/config.json with 18 layers: 18 layers" in out
+
+
+def test_wrong_recipes_and_options_exit_2(capsys, tmp_path, monkeypatch):
+    code, _, err = plan(capsys, f"model.path={tmp_path}", "--gpu-memory", "80")
+    assert code == 2 and "config.json" in err and "--shape NAME" in err
+    code, _, err = plan(capsys, "--shape", "qwen3-8b", "--layers", "35", "--gpu-memory", "80",
+                        "actor.megatron.pipeline_model_parallel_size=2", "actor.megatron.tensor_model_parallel_size=2")
+    assert code == 2 and "pipeline_model_parallel_size=2 must divide the model's 35 layers (qwen3-8b" in err
+    assert main(["plan", "--recipe", "recipes/absent.yaml", "--gpu-memory", "80"]) == 2
+    assert "recipe recipes/absent.yaml does not exist" in capsys.readouterr().err
+    monkeypatch.setattr(command, "gpu_memory_gib", lambda: None)  # a machine without nvidia-smi
+    code, _, err = plan(capsys, "--shape", "qwen3-8b")
+    assert code == 2 and "pass --gpu-memory GiB" in err
+    with pytest.raises(SystemExit):
+        plan(capsys, "--shape", "no-such-shape")
+
+
+def test_the_gpu_memory_comes_from_nvidia_smi(monkeypatch):
+    answers = {"81559\n81559\n": 81559 / 1024, "24564\n81559\n": 24564 / 1024, "[N/A]\n": None}
+    monkeypatch.setattr(machine.shutil, "which", lambda name: f"/usr/bin/{name}")
+    for stdout, expected in answers.items():
+        def nvidia_smi(*args, out=stdout, **kwargs):
+            return subprocess.CompletedProcess(args, 0, out, "")
+
+        monkeypatch.setattr(machine.subprocess, "run", nvidia_smi)
+        assert machine.gpu_memory_gib() == expected
+    monkeypatch.setattr(machine.shutil, "which", lambda name: None)
+    assert machine.gpu_memory_gib() is None

@@ -1,0 +1,119 @@
+"""The per-GPU memory model: what each offload flag removes from which phase, how activations scale with the token
+budget, the engine's share (SGLang's rule) and the host copies."""
+
+import pytest
+
+from megarl.plan import plan_memory
+from megarl.plan.calibration import GIB
+from megarl.plan.state import role_states
+
+FRACTION = 0.5  # the recipe's rollout.gpu_memory_utilization
+
+
+def drops(before, after) -> dict[str, int]:
+    return {p.name: p.total - after.phase(p.name).total for p in before.phases}
+
+
+# (role, flag): (phases the state leaves in full, the state's bytes per P, phases whose resident state it leaves)
+# A flag that frees memory while the engine generates lowers gen (and sync, whose peak is when the KV cache resumes
+# on a large GPU) by only 1 − fraction of it: the engine's share is a fraction of what the trainer leaves free.
+OFFLOADS = {
+    ("actor", "optimizer_offload"): ({"old_log_prob", "ref", "values", "update_critic", "update_actor"}, 12),
+    ("actor", "grad_offload"): ({"old_log_prob", "ref", "values", "update_critic"}, 4),
+    ("actor", "param_offload"): ({"ref", "values", "update_critic"}, 2),
+    ("critic", "optimizer_offload"): ({"old_log_prob", "ref", "values", "update_critic", "update_actor"}, 12),
+    ("critic", "grad_offload"): ({"old_log_prob", "ref", "values", "update_actor"}, 4),
+    ("critic", "param_offload"): ({"old_log_prob", "ref", "update_actor"}, 2),
+}
+
+
+@pytest.mark.parametrize("role, flag", sorted(OFFLOADS))
+def test_each_offload_lowers_exactly_its_phases_by_its_bytes(inputs_for, role, flag):
+    # PPO with a KL loss: actor, critic and reference share the GPU; DP 2 shards the optimizer state.
+    recipe = ["algorithm.adv_estimator=gae", "actor.megatron.optimizer_offload=false",
+              "actor.megatron.tensor_model_parallel_size=2", "critic.megatron.tensor_model_parallel_size=2",
+              "rollout.tensor_model_parallel_size=2"]
+    before = inputs_for(*recipe, gpu_gib=1000.0)
+    after = inputs_for(*recipe, f"{role}.megatron.{flag}=true", gpu_gib=1000.0)
+    state = role_states(before)[role]
+    full_phases, bytes_per_parameter = OFFLOADS[role, flag]
+    freed = bytes_per_parameter * state.parameters // (state.optimizer_shards if flag == "optimizer_offload" else 1)
+    assert state.optimizer_shards == 2
+    plan_before, plan_after = plan_memory(before), plan_memory(after)
+    for phase, dropped in drops(plan_before, plan_after).items():
+        if phase in ("gen", "sync"):
+            assert dropped == pytest.approx((1 - FRACTION) * freed, abs=1), phase
+        else:
+            assert dropped == (freed if phase in full_phases else 0), phase
+    assert plan_after.phase("sync").note == "once the KV cache resumes"
+
+
+def test_host_memory_holds_what_the_offloads_move(inputs_for):
+    before = inputs_for("actor.megatron.optimizer_offload=false")
+    state = role_states(before)["actor"]
+    host = plan_memory(before).hosts[0]
+    gpus = 4
+    assert host.part("reference weights") == gpus * 2 * state.parameters  # always offloaded
+    assert host.part("actor optimizer") == 0
+    with_all = inputs_for("actor.megatron.optimizer_offload=true", "actor.megatron.param_offload=true",
+                          "actor.megatron.grad_offload=true")
+    host = plan_memory(with_all).hosts[0]
+    assert host.part("actor optimizer") == gpus * 16 * state.parameters // state.optimizer_shards
+    assert host.part("actor weights") == gpus * 2 * state.parameters
+    assert host.part("actor grads") == 0  # freed, not copied
+
+
+def test_activations_scale_linearly_with_the_token_budget(inputs_for):
+    def update(budget, *more):
+        phases = plan_memory(inputs_for(f"actor.ppo_max_token_len_per_gpu={budget}",
+                                        f"actor.log_prob_max_token_len_per_gpu={budget}", *more))
+        return phases.phase("update_actor"), phases.phase("old_log_prob")
+
+    for recompute in ("full", "null", "selective"):
+        (small, small_lp), (large, large_lp) = (update(budget, f"actor.megatron.recompute_granularity={recompute}")
+                                                for budget in (6144, 12288))
+        for part in ("activations", "logits", "logit grads"):
+            assert large.part(part) == 2 * small.part(part), (recompute, part)
+        assert large_lp.part("activations") == 2 * small_lp.part("activations")
+        assert large.part("log-prob chunks") == small.part("log-prob chunks")  # bounded, whatever the tokens
+    (full, _), (none, _) = update(12288), update(12288, "actor.megatron.recompute_granularity=null")
+    assert full.part("activations") < none.part("activations") / 3
+
+
+def test_a_budget_below_one_sequence_or_above_the_batch_changes_nothing(inputs_for):
+    def tokens(budget):
+        return plan_memory(inputs_for(f"actor.ppo_max_token_len_per_gpu={budget}")).phase("update_actor").part("logits")
+
+    one_sequence = 512 + 1024
+    assert tokens(100) == tokens(one_sequence)  # a longer sample gets a micro-batch of its own
+    mini_batch = 16 * 8 * one_sequence  # ppo_mini_batch_size × rollout.n samples on the one data-parallel rank
+    assert tokens(10 * mini_batch) == tokens(mini_batch)
+
+
+def test_the_engine_takes_its_fraction_of_what_the_trainer_leaves_free(inputs_for):
+    inputs = inputs_for(gpu_gib=80.0)
+    plan = plan_memory(inputs)
+    gen = plan.phase("gen")
+    resident = sum(size for name, size in gen.parts if name.startswith(("actor", "reference", "critic")))
+    contexts = gen.part("CUDA contexts")
+    engine = gen.part("engine weights") + gen.part("engine KV cache")
+    assert engine == pytest.approx(FRACTION * (80 * GIB - contexts - resident), abs=1)
+    assert gen.part("engine weights") == 2 * inputs.policy.parameters // 4
+    assert plan.kv_cache_tokens == gen.part("engine KV cache") // inputs.policy.kv_cache_bytes_per_token(4)
+    assert gen.fits
+
+
+def test_an_engine_share_without_room_for_a_sequence_is_a_problem(inputs_for):
+    gen = plan_memory(inputs_for("rollout.gpu_memory_utilization=0.2", gpu_gib=24.0)).phase("gen")
+    assert not gen.fits and gen.total < gen.limit
+    assert "rollout.gpu_memory_utilization=0.2" in gen.problem and "fewer than one sequence (1536)" in gen.problem
+
+
+def test_a_critic_with_its_own_gpus_is_planned_there(inputs_for):
+    plan = plan_memory(inputs_for("algorithm.adv_estimator=gae", "critic.enable_resource_pool=true",
+                                  "trainer.launcher=ray", "critic.n_gpus_per_node=4"))
+    assert [p.name for p in plan.phases if p.pool == "critic"] == ["values", "update_critic"]
+    assert "values" not in [p.name for p in plan.phases if p.pool == "trainer"]
+    critic_values = plan.phase("values", "critic")
+    assert critic_values.part("actor weights") == 0 and critic_values.part("critic weights") > 0
+    assert [h.pool for h in plan.hosts] == ["trainer", "critic"]
