@@ -3,15 +3,15 @@
 # the bundled arithmetic task, and its reward rises. Every step is an ordinary megarl command:
 #   megarl preprocess arithmetic → megarl init-model --shape tiny → megarl sft → megarl train
 #
-# Usage: bash launch/tiny_cpu.sh [grpo|ppo] [key=value ...]   (overrides go to the RL recipe)
+# Usage: bash launch/tiny_cpu.sh [grpo|ppo|dapo] [key=value ...]   (overrides go to the RL recipe)
 #   LAUNCHER=torchrun bash launch/tiny_cpu.sh grpo           (default: Ray, started locally)
 #   NPROC=1 bash launch/tiny_cpu.sh grpo rollout.name=sglang (processes, or GPUs when CUDA is there; default 2)
-# Outputs go to outputs/tiny_cpu/: data/, init/ (random weights), sft/hf (the warm start), grpo/ or ppo/
+# Outputs go to outputs/tiny_cpu/: data/, init/ (random weights), sft/hf (the warm start), grpo/, ppo/ or dapo/
 # (metrics.jsonl, tensorboard/ ...). The data, init and SFT stages are skipped when their output exists.
 set -euo pipefail
 algorithm=${1:-grpo}
 shift || true
-case "$algorithm" in grpo|ppo) ;; *) echo "usage: $0 [grpo|ppo] [key=value ...]" >&2; exit 2 ;; esac
+case "$algorithm" in grpo|ppo|dapo) ;; *) echo "usage: $0 [grpo|ppo|dapo] [key=value ...]" >&2; exit 2 ;; esac
 out=outputs/tiny_cpu
 export RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled}
 

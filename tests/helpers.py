@@ -100,7 +100,8 @@ def _python_stacks(pid: int) -> str:
         try:
             dump = subprocess.run(["py-spy", "dump", "--pid", str(process.pid)], capture_output=True, text=True,
                                   timeout=30)
-            dumps.append(f"== {process.pid} {' '.join(process.cmdline())[:200]}\n{dump.stdout[-4000:]}{dump.stderr[-500:]}")
+            command = " ".join(process.cmdline())[:200]
+            dumps.append(f"== {process.pid} {command}\n{dump.stdout[-4000:]}{dump.stderr[-500:]}")
         except (OSError, subprocess.TimeoutExpired, psutil.Error) as e:
             dumps.append(f"== {process.pid}: no stacks ({e})")
     return "\n".join(dumps)

@@ -21,10 +21,15 @@ class DataConfig:
     max_prompt_length: int = 512
     max_response_length: int = 512
     train_batch_size: int = 64  # prompts per step (each sampled rollout.n times)
+    gen_batch_size: Optional[int] = None  # prompts per generation round with algorithm.filter_groups; None: as above
     val_batch_size: Optional[int] = None  # None: the whole validation set at once
     filter_overlong_prompts: bool = False  # drop prompts longer than max_prompt_length
     truncation: str = "error"  # error | left | right | middle, for overlong prompts that were not dropped
     shuffle: bool = True
+
+    @property
+    def generation_batch_size(self) -> int:
+        return self.gen_batch_size if self.gen_batch_size is not None else self.train_batch_size
 
 
 @dataclass(frozen=True)
@@ -141,6 +146,16 @@ class KLControlConfig:
 
 
 @dataclass(frozen=True)
+class FilterGroupsConfig:
+    """DAPO's dynamic sampling: train only on groups whose responses differ in `metric`, generating more rounds of
+    data.gen_batch_size prompts until data.train_batch_size such groups are there."""
+
+    enable: bool = False
+    metric: str = "acc"  # acc: the reward function's "acc" (else its score) | seq_reward: the shaped score
+    max_num_gen_batches: int = 10  # rounds per step at most (0: no limit); then the step trains on what it has
+
+
+@dataclass(frozen=True)
 class AlgorithmConfig:
     adv_estimator: str = "gae"  # gae | grpo | rloo | reinforce_plus_plus | reinforce_plus_plus_baseline | remax
     gamma: float = 1.0
@@ -149,6 +164,17 @@ class AlgorithmConfig:
     use_kl_in_reward: bool = False
     kl_penalty: str = "kl"  # the KL estimator used in the reward
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
+    filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
+
+
+@dataclass(frozen=True)
+class OverlongBufferConfig:
+    """DAPO's overlong shaping: a response longer than data.max_response_length − len tokens loses up to
+    penalty_factor, linearly, at the limit (training rewards only; validation scores stay unshaped)."""
+
+    enable: bool = False
+    len: int = 0
+    penalty_factor: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -157,6 +183,7 @@ class RewardConfig:
     kwargs: Dict[str, Any] = field(default_factory=dict)  # extra keyword arguments for the function
     timeout_s: float = 60.0  # a function call running longer scores 0 (reward/num_timeouts); its process is replaced
     workers: int = 8  # processes that run reward.function (rule rewards run in the driver: they cannot hang)
+    overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ def validate_config(cfg: MegaRLConfig) -> None:
     _check_batches(cfg, problems)
     _check_meshes(cfg, problems)
     _check_algorithm(cfg, problems)
+    _check_dapo(cfg, problems)
     _check_against_model(cfg, problems)
     if problems:
         raise ConfigError(problems)
@@ -251,6 +252,41 @@ def _check_algorithm(cfg: MegaRLConfig, problems: list[str]) -> None:
             f"algorithm.adv_estimator={cfg.algorithm.adv_estimator} compares the rollout.n responses to each "
             f"prompt, but rollout.n={cfg.rollout.n}: set rollout.n ≥ 2"
         )
+
+
+FILTER_METRICS = ("acc", "seq_reward")
+
+
+def _check_dapo(cfg: MegaRLConfig, problems: list[str]) -> None:
+    groups, data = cfg.algorithm.filter_groups, cfg.data
+    if groups.enable:
+        check_choice(problems, "algorithm.filter_groups.metric", groups.metric, FILTER_METRICS)
+        if cfg.rollout.n < 2:
+            problems.append(f"algorithm.filter_groups keeps groups whose rollout.n responses differ, but rollout.n="
+                            f"{cfg.rollout.n}: set rollout.n ≥ 2")
+        if groups.max_num_gen_batches < 0:
+            problems.append(f"algorithm.filter_groups.max_num_gen_batches={groups.max_num_gen_batches} must be ≥ 0 "
+                            "(0: no limit)")
+        if data.gen_batch_size is not None and data.gen_batch_size < 1:
+            problems.append(f"data.gen_batch_size={data.gen_batch_size} must be ≥ 1")
+    elif data.gen_batch_size not in (None, data.train_batch_size):
+        problems.append(f"data.gen_batch_size={data.gen_batch_size} differs from data.train_batch_size="
+                        f"{data.train_batch_size}, which only dynamic sampling allows: set "
+                        "algorithm.filter_groups.enable=true, or drop data.gen_batch_size")
+    rollout_tp = cfg.rollout.tensor_model_parallel_size
+    engines = cfg.world_size // rollout_tp if rollout_tp >= 1 else 0
+    for key, prompts in (("data.train_batch_size", data.train_batch_size),
+                         ("data.gen_batch_size", data.gen_batch_size)):
+        if prompts is not None and prompts >= 1 and engines >= 1 and prompts % engines:
+            problems.append(f"{key}={prompts} prompts cannot be shared among the {engines} rollout engines "
+                            f"(GPUs / rollout.tensor_model_parallel_size={rollout_tp}): make it a multiple of "
+                            f"{engines}")
+    overlong = cfg.reward.overlong_buffer
+    if overlong.enable and not 0 < overlong.len <= data.max_response_length:
+        problems.append(f"reward.overlong_buffer.len={overlong.len} must be in [1, data.max_response_length="
+                        f"{data.max_response_length}] (the last tokens before the limit where the penalty grows)")
+    if overlong.enable and overlong.penalty_factor < 0:
+        problems.append(f"reward.overlong_buffer.penalty_factor={overlong.penalty_factor} must be ≥ 0")
 
 
 def check_inputs_exist(models: list[tuple[str, str | None]], train_files: list[str], val_files: list[str],

@@ -2,8 +2,9 @@
 
 `train` sets a run up and steps it: validation before the first step, every `trainer.test_freq` steps and after the
 last; a checkpoint every `trainer.save_freq` steps (megarl/trainer/checkpoint.py, which also resumes). `RLStep` is
-one step as a timeline of role calls: generate → score → old log-probs (and the engine/trainer log-prob gate) →
-reference log-probs → values → rewards (KL penalty) → advantages → critic update → actor update → weight sync.
+one step as a timeline of role calls: generate → score (rounds of both with dynamic sampling: sampling.py) → old
+log-probs (and the engine/trainer log-prob gate) → reference log-probs → values → rewards (KL penalty) → advantages
+→ critic update → actor update → weight sync.
 The tensor work runs in the workers (megarl/workers); what the driver does between their calls is in stages.py.
 """
 
@@ -13,7 +14,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from megarl.algorithms import make_kl_controller
 from megarl.config.schema import MegaRLConfig
@@ -21,12 +22,12 @@ from megarl.data.dataset import PromptLoader, RLDataset
 from megarl.models.bridge import load_hf_config
 from megarl.placement import role_pools, start_workers
 from megarl.rewards.scorer import RewardScorer
-from megarl.rollout.batch import prompt_batch
 from megarl.trainer import stages
 from megarl.trainer.stages import Score
 from megarl.trainer.checkpoint import Checkpointer, find_resume_checkpoint, saved_step
 from megarl.trainer.metrics import MetricsLogger, check_loggers
 from megarl.trainer.perf import memory_metrics, perf_metrics, summarise
+from megarl.trainer.sampling import StepSampler
 from megarl.trainer.scaffold import endless, load_tokenizer, tell, total_steps, validates_at
 from megarl.trainer.validation import Validator
 from megarl.workers.actor import ActorWorker
@@ -39,13 +40,15 @@ from parallel.batch import Batch
 
 @contextmanager
 def timed(metrics: dict, name: str, windows: dict | None = None):
-    """`timing_s/{name}`; with `windows`, also the wall-clock span (time.time(), the clock of the workers' memory
-    samples) under `name`."""
+    """`timing_s/{name}`, added up over the phase's visits (dynamic sampling generates and scores in rounds); with
+    `windows`, also the wall-clock span (time.time(), the clock of the workers' memory samples) from the first
+    visit's start to the last one's end, under `name`."""
     start, wall_start = time.perf_counter(), time.time()
     yield
-    metrics[f"timing_s/{name}"] = time.perf_counter() - start
+    key = f"timing_s/{name}"
+    metrics[key] = metrics.get(key, 0.0) + time.perf_counter() - start
     if windows is not None:
-        windows[name] = (wall_start, time.time())
+        windows[name] = (windows.get(name, (wall_start,))[0], time.time())
 
 
 @dataclass
@@ -76,23 +79,18 @@ class RLStep:
     """One PPO/GRPO-family step over a batch of prompts."""
 
     def __init__(self, roles: Roles, cfg: MegaRLConfig, score: Score, kl_controller):
-        self.roles, self.score, self.kl_controller = roles, score, kl_controller
-        self.algorithm, self.n, self.seed = cfg.algorithm, cfg.rollout.n, cfg.trainer.seed
+        self.roles, self.kl_controller = roles, kl_controller
+        self.sample = StepSampler(roles.rollout, cfg, score)
+        self.algorithm = cfg.algorithm
         self.max_logprob_mult_error = cfg.rollout.max_logprob_mult_error
         self.critic_warmup = cfg.trainer.critic_warmup
 
-    def __call__(self, step: int, prompts: Batch) -> tuple[Batch, dict[str, float]]:
+    def __call__(self, step: int, prompts: Iterator[dict]) -> tuple[Batch, dict[str, float]]:
+        """One step on prompts drawn from `prompts` (one loader batch, or more with dynamic sampling)."""
         roles, metrics, windows = self.roles, {}, {}
         phase = partial(timed, metrics, windows=windows)
-        with phase("gen"):
-            batch = roles.rollout.generate(prompts, seed=self.seed + step)
-        if self.algorithm.adv_estimator == "remax":
-            with phase("gen_max"):
-                batch = batch.union(stages.remax_baseline(roles.rollout, prompts, self.score, self.n))
+        batch, reward_metrics = self.sample(step, prompts, phase)  # gen, gen_max and reward
         roles.rollout.release()
-        with phase("reward"):
-            scored, reward_metrics = stages.score(batch, self.score)
-            batch = batch.union(scored)
         with phase("old_log_prob"):
             batch = batch.union(roles.actor.compute_log_prob(batch))
         gate = stages.logprob_gate(batch, self.max_logprob_mult_error)
@@ -132,7 +130,7 @@ def train(cfg: MegaRLConfig) -> None:
     hf_config = load_hf_config(cfg.model.path)
     tokenizer = load_tokenizer(cfg.model)
     data = cfg.data
-    loader = PromptLoader(RLDataset.from_config(data.train_files, tokenizer, data), data.train_batch_size,
+    loader = PromptLoader(RLDataset.from_config(data.train_files, tokenizer, data), data.generation_batch_size,
                           shuffle=data.shuffle, seed=cfg.trainer.seed)
     steps = total_steps(cfg.trainer, len(loader))
     done = saved_step(resume_from) if resume_from is not None else None
@@ -159,8 +157,7 @@ def train(cfg: MegaRLConfig) -> None:
             for step in range(start + 1, steps + 1):
                 metrics: dict[str, float] = {}
                 with timed(metrics, "step"):
-                    prompts = prompt_batch(next(batches), first_uid=step * data.train_batch_size)
-                    batch, step_metrics = rl_step(step, prompts)
+                    batch, step_metrics = rl_step(step, batches)
                 metrics.update(step_metrics)
                 if validate and validates_at(step, steps, cfg.trainer.test_freq):
                     with timed(metrics, "testing"):

@@ -1,15 +1,17 @@
 """The loop's driver-side stages, each a function of the step's `Batch` that returns new columns or metrics: rule or
-custom scores, ReMax's greedy baseline, the engine/trainer log-prob gate, KL-penalised rewards, advantages, and
-verl's data metrics."""
+custom scores (and DAPO's overlong shaping), ReMax's greedy baseline, the engine/trainer log-prob gate,
+KL-penalised rewards, advantages, and verl's data metrics."""
 
 from __future__ import annotations
 
 from typing import Callable
 
 import numpy as np
+import torch
 
 from megarl.algorithms import apply_kl_penalty, compute_advantage, masked_mean
-from megarl.config.schema import AlgorithmConfig
+from megarl.algorithms.dapo import overlong_penalty
+from megarl.config.schema import AlgorithmConfig, OverlongBufferConfig
 from megarl.rewards.scorer import RewardResult
 from megarl.rollout.gates import check_logprob_agreement, logprob_agreement
 from parallel.batch import Batch
@@ -19,11 +21,25 @@ Score = Callable[..., RewardResult]  # a RewardScorer, or the loop's wrapper tha
 
 
 def score(batch: Batch, scorer: Score) -> tuple[Batch, dict[str, float]]:
-    """`token_level_scores` [B, R]: each response's score on its last token."""
+    """`token_level_scores` [B, R]: each response's score on its last token; `acc` [B]: the reward function's
+    "acc" where it returns one (DAPO's scorers do), else its score."""
     extra = list(batch["extra_info"]) if "extra_info" in batch else None
     truths = [reward_model["ground_truth"] for reward_model in batch["reward_model"]]
     result = scorer(batch["responses"], batch["response_mask"], list(batch["data_source"]), truths, extra)
-    return Batch({"token_level_scores": result.token_level_scores}), result.metrics
+    accuracy = result.extra_info.get("acc", [None] * len(batch))
+    acc = torch.tensor([float(a) if a is not None else float(s) for a, s in zip(accuracy, result.scores.tolist())])
+    return Batch({"token_level_scores": result.token_level_scores, "acc": acc}), result.metrics
+
+
+def shape_overlong(scored: Batch, response_mask: torch.Tensor, buffer: OverlongBufferConfig,
+                   max_response_length: int) -> Batch:
+    """DAPO's overlong penalty added to each response's score on its last token, and as `overlong_penalty` [B]."""
+    lengths = response_mask.sum(-1).long()
+    penalty = overlong_penalty(lengths, max_response_length, buffer.len, buffer.penalty_factor)
+    scores = scored["token_level_scores"].clone()
+    rows = torch.nonzero(lengths > 0).squeeze(-1)
+    scores[rows, lengths[rows] - 1] += penalty[rows].to(scores.dtype)
+    return Batch({**scored.tensors, "token_level_scores": scores, "overlong_penalty": penalty}, scored.fields)
 
 
 def remax_baseline(rollout, prompts: Batch, scorer: Score, samples_per_prompt: int) -> Batch:
@@ -68,7 +84,8 @@ def advantages(batch: Batch, algorithm: AlgorithmConfig) -> Batch:
 
 
 def data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
-    """verl's `critic/*` and `response_length/*` metrics of a scored, rewarded, advantaged batch."""
+    """verl's `critic/*` and `response_length/*` metrics of a scored, rewarded, advantaged batch (and with
+    overlong shaping, the mean penalty and the fraction of responses penalised)."""
     mask = batch["response_mask"]
     lengths = mask.sum(dim=-1)
     metrics = {
@@ -83,5 +100,8 @@ def data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
     }
     if "values" in batch:
         metrics["critic/values/mean"] = masked_mean(batch["values"], mask).item()
+    if "overlong_penalty" in batch:
+        metrics["reward/overlong_penalty/mean"] = batch["overlong_penalty"].mean().item()
+        metrics["reward/overlong_ratio"] = (batch["overlong_penalty"] < 0).float().mean().item()
     return metrics
 

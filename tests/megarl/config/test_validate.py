@@ -31,7 +31,8 @@ def test_micro_batch_must_divide_per_rank_samples_unless_dynamic():
 
 
 def test_samples_must_split_over_data_parallel_ranks():
-    msg = one_problem("trainer.n_gpus_per_node=4", "data.train_batch_size=6", "actor.ppo_mini_batch_size=3")
+    msg = one_problem("trainer.n_gpus_per_node=4", "rollout.tensor_model_parallel_size=2", "data.train_batch_size=6",
+                      "actor.ppo_mini_batch_size=3")
     assert "3 samples cannot be split over 4 data-parallel ranks" in msg
 
 
@@ -44,7 +45,7 @@ def test_model_parallel_must_divide_world_and_rollout_tp_a_node():
 
 
 def test_rollout_and_training_tp_divide_one_another():
-    grpo = ["algorithm.adv_estimator=grpo", "rollout.n=3", "trainer.n_gpus_per_node=6"]
+    grpo = ["algorithm.adv_estimator=grpo", "rollout.n=3", "trainer.n_gpus_per_node=6", "data.train_batch_size=96"]
     msg = one_problem(*grpo, "rollout.tensor_model_parallel_size=3", "actor.megatron.tensor_model_parallel_size=2")
     assert "rollout.tensor_model_parallel_size=3 and actor.megatron.tensor_model_parallel_size=2 must divide" in msg
     load_config(overrides=[*grpo, "rollout.tensor_model_parallel_size=1", "actor.megatron.tensor_model_parallel_size=2"])
@@ -155,3 +156,21 @@ def test_offloads_load_for_every_trained_role():
     cfg = load_config(overrides=["actor.megatron.param_offload=true", "critic.megatron.grad_offload=true",
                                  "actor.megatron.optimizer_offload=true"])
     assert cfg.actor.megatron.param_offload and cfg.critic.megatron.grad_offload and cfg.actor.megatron.optimizer_offload
+
+
+def test_prompts_must_be_shared_among_the_rollout_engines():
+    msg = one_problem("trainer.n_gpus_per_node=4", "data.train_batch_size=6", "actor.ppo_mini_batch_size=2",
+                      "rollout.n=2")
+    assert msg.startswith("data.train_batch_size=6 prompts cannot be shared among the 4 rollout engines")
+
+
+def test_dynamic_sampling_settings():
+    dapo = ["algorithm.adv_estimator=grpo", "rollout.n=4", "algorithm.filter_groups.enable=true",
+            "actor.ppo_mini_batch_size=8"]
+    load_config(overrides=[*dapo, "data.train_batch_size=8", "data.gen_batch_size=24"])
+    assert "algorithm.filter_groups.metric='score' is not one of: acc, seq_reward" in one_problem(
+        *dapo, "algorithm.filter_groups.metric=score")
+    assert "set rollout.n ≥ 2" in one_problem("algorithm.filter_groups.enable=true", "rollout.n=1")
+    assert "which only dynamic sampling allows" in one_problem("data.train_batch_size=32", "data.gen_batch_size=64")
+    assert one_problem("reward.overlong_buffer.enable=true", "data.max_response_length=64",
+                       "reward.overlong_buffer.len=65").startswith("reward.overlong_buffer.len=65 must be in [1, ")

@@ -1,6 +1,7 @@
 """Checkpoints and resume end to end on CPU (torchrun, 2 processes, the tiny model of conftest.py's `setup`): a run
 killed (SIGKILL of every process) once its step-2 checkpoint is committed, then started again with
-trainer.resume_mode=auto, logs exactly the step-3 metrics of an uninterrupted run. GRPO with a KL loss at TP=2;
+trainer.resume_mode=auto, logs exactly the step-3 metrics of an uninterrupted run. GRPO with a KL loss at TP=2,
+DAPO's dynamic sampling (which draws a step's prompts in rounds) and overlong shaping;
 PPO with a critic, an adaptive KL controller and DP=2, resumed past a checkpoint left half-written
 (`global_step_3.partial`) and a corrupt tracker file. A checkpoint's actor directory exports to HF (bit-exactness
 of that export is tests/megarl/models/test_checkpoint.py's)."""
@@ -22,7 +23,9 @@ from tests.helpers import WALL_CLOCK, ENV, REPO_ROOT, overrides, read_metrics
 
 CASES = {
     "grpo": ["algorithm.adv_estimator=grpo", "actor.use_kl_loss=true", "actor.megatron.tensor_model_parallel_size=2",
-             "actor.ppo_mini_batch_size=2"],
+             "actor.ppo_mini_batch_size=2", "algorithm.filter_groups.enable=true",
+             "algorithm.filter_groups.max_num_gen_batches=3", "reward.overlong_buffer.enable=true",
+             "reward.overlong_buffer.len=2"],
     "ppo": ["algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.type=adaptive", "algorithm.kl_ctrl.target_kl=0.01",
             "algorithm.kl_ctrl.horizon=10"],
 }
@@ -156,7 +159,10 @@ def test_a_killed_run_resumes_to_the_same_metrics(setup, reward, tmp_path, case)
     assert sorted(p.name for p in saved.iterdir()) == ["global_step_3", "latest_checkpointed_iteration.txt"]
     assert (saved / "latest_checkpointed_iteration.txt").read_text() == "3"
     state = json.loads((saved / "global_step_3" / "trainer_state.json").read_text())
-    assert state["step"] == 3 and state["loader"] == {"epoch": 1, "batch_in_epoch": 1, "seed": 1}
+    whole_state = json.loads((whole / "checkpoints" / "global_step_3" / "trainer_state.json").read_text())
+    assert state["step"] == 3 and state["loader"] == whole_state["loader"]
+    if case == "ppo":  # one loader batch a step; dynamic sampling (grpo) may draw more
+        assert state["loader"] == {"epoch": 1, "batch_in_epoch": 1, "seed": 1}
     if case == "ppo":
         assert state["kl_controller"]["value"] != 0.001  # the adaptive coefficient moved, and was carried over
 

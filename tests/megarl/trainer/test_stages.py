@@ -7,7 +7,7 @@ from megarl.rewards.registry import default_compute_score
 from megarl.rewards.scorer import RewardScorer
 from megarl.rollout.base import Response
 from megarl.rollout.batch import prompt_batch, with_responses
-from megarl.trainer.stages import advantages, data_metrics, rewards, score
+from megarl.trainer.stages import advantages, data_metrics, rewards, score, shape_overlong
 from parallel.batch import Batch
 
 
@@ -30,6 +30,32 @@ def test_scores_sit_on_each_response_last_token(batch, tokenizer):
     assert scores.sum(-1).tolist() == [1.0, 0.0, 1.0, 1.0] and metrics == {"reward/num_errors": 0.0}
     last = batch["response_mask"].sum(-1).long() - 1
     assert torch.equal(scores[torch.arange(4), last], scores.sum(-1))
+    assert scored["acc"].tolist() == [1.0, 0.0, 1.0, 1.0]  # rule rewards return no "acc": their score stands in
+
+
+def test_acc_is_the_functions_own_where_it_returns_one(batch, tokenizer):
+    def graded(data_source, solution_str, ground_truth, extra_info=None):
+        return {"score": 0.5, "acc": ground_truth in solution_str}
+
+    scored, _ = score(batch, RewardScorer(tokenizer, graded))
+    assert scored["acc"].tolist() == [1.0, 0.0, 1.0, 1.0] and scored["token_level_scores"].sum(-1).tolist() == [0.5] * 4
+
+
+def test_overlong_shaping_lowers_the_last_tokens_score_of_long_responses(batch, tokenizer):
+    scored, _ = score(batch, RewardScorer(tokenizer, default_compute_score))
+    lengths = batch["response_mask"].sum(-1).long()
+    limit = int(lengths.max())
+    buffer = load_config(overrides=["reward.overlong_buffer.enable=true", "reward.overlong_buffer.len=2",
+                                    "reward.overlong_buffer.penalty_factor=1.0"]).reward.overlong_buffer
+    shaped = shape_overlong(scored, batch["response_mask"], buffer, limit)
+    expected = torch.clamp(-(lengths.float() - (limit - 2)) / 2, max=0.0)  # −1 at the limit, 0 two tokens before
+    assert torch.equal(shaped["overlong_penalty"], expected) and expected.min() == -1.0
+    assert torch.allclose(shaped["token_level_scores"].sum(-1), scored["token_level_scores"].sum(-1) + expected)
+    assert torch.count_nonzero(shaped["token_level_scores"] - scored["token_level_scores"]) == (expected < 0).sum()
+    metrics = data_metrics(shaped.union(batch).union(Batch({"token_level_rewards": shaped["token_level_scores"],
+                                                            "advantages": torch.zeros(lengths.shape[0], limit),
+                                                            "returns": torch.zeros(lengths.shape[0], limit)})), limit)
+    assert metrics["reward/overlong_ratio"] == pytest.approx((expected < 0).float().mean().item())
 
 
 def test_kl_in_reward_penalises_and_updates_the_controller(batch):

@@ -1,0 +1,82 @@
+"""A step's samples: generation and scoring of a round of prompts, and with DAPO's dynamic sampling
+(`algorithm.filter_groups`) further rounds until `data.train_batch_size` groups carry signal.
+
+A group (the rollout.n responses to one prompt) whose responses all score the same has zero advantage under the GRPO
+family, so it adds nothing to the policy gradient but dilutes it. Dynamic sampling drops such groups and draws
+rounds of `data.gen_batch_size` prompts until enough groups with signal are there, at most
+`max_num_gen_batches` rounds (0: no limit). Short of enough after the last round, the step trains on the groups with
+signal rounded down to whole mini-batches (at least one mini-batch, filled with groups without signal when there are
+too few): `dapo/kept_groups` and `dapo/num_gen_batches` say so.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterator
+
+from megarl.algorithms.dapo import groups_with_signal, trained_group_count
+from megarl.config.schema import MegaRLConfig
+from megarl.rollout.batch import prompt_batch
+from megarl.trainer import stages
+from megarl.trainer.stages import Score
+from parallel.batch import Batch
+
+ROUND_SEED_STRIDE = 1_000_003  # a later round's sampling seed, far from every step's first round
+
+
+class StepSampler:
+    """Generates and scores a step's prompts through the rollout role; `phase(name)` times each part."""
+
+    def __init__(self, rollout, cfg: MegaRLConfig, score: Score):
+        self.rollout, self.score = rollout, score
+        self.seed, self.n = cfg.trainer.seed, cfg.rollout.n
+        self.train_batch_size, self.gen_batch_size = cfg.data.train_batch_size, cfg.data.generation_batch_size
+        self.remax = cfg.algorithm.adv_estimator == "remax"
+        self.overlong, self.max_response_length = cfg.reward.overlong_buffer, cfg.data.max_response_length
+        self.filter = cfg.algorithm.filter_groups
+        # A short batch trains on whole mini-batches of every trained role.
+        minis = [cfg.actor.ppo_mini_batch_size] + ([cfg.critic.ppo_mini_batch_size] if cfg.use_critic else [])
+        self.mini_batch_groups = math.lcm(*minis)
+
+    def __call__(self, step: int, rows: Iterator[dict], phase: Callable) -> tuple[Batch, dict[str, float]]:
+        rounds, metrics = [], {}
+        while True:
+            batch, round_metrics = self._round(step, len(rounds), next(rows), phase)
+            rounds.append(batch)
+            for key, value in round_metrics.items():  # counts: summed over the rounds
+                metrics[key] = metrics.get(key, 0.0) + value
+            if not self.filter.enable:
+                return batch, metrics
+            signal = self._signal(Batch.concat(rounds))
+            limit = self.filter.max_num_gen_batches
+            if len(signal) >= self.train_batch_size or (limit and len(rounds) >= limit):
+                break
+        batch, kept = self._select(Batch.concat(rounds), signal)
+        return batch, {**metrics, "dapo/num_gen_batches": float(len(rounds)), "dapo/kept_groups": float(kept)}
+
+    def _round(self, step: int, index: int, rows: dict, phase: Callable) -> tuple[Batch, dict[str, float]]:
+        """One round's prompts (uids distinct within the step), their responses, scores and shaped scores."""
+        prompts = prompt_batch(rows, first_uid=step * self.train_batch_size + index * self.gen_batch_size)
+        with phase("gen"):
+            batch = self.rollout.generate(prompts, seed=self.seed + step + index * ROUND_SEED_STRIDE)
+        if self.remax:
+            with phase("gen_max"):
+                batch = batch.union(stages.remax_baseline(self.rollout, prompts, self.score, self.n))
+        with phase("reward"):
+            scored, metrics = stages.score(batch, self.score)
+            if self.overlong.enable:
+                scored = stages.shape_overlong(scored, batch["response_mask"], self.overlong, self.max_response_length)
+        return batch.union(scored), metrics
+
+    def _signal(self, batch: Batch) -> list[str]:
+        values = batch["acc"] if self.filter.metric == "acc" else batch["token_level_scores"].sum(-1)
+        return groups_with_signal(batch["uid"], values.tolist())
+
+    def _select(self, batch: Batch, signal: list[str]) -> tuple[Batch, int]:
+        """The groups to train on, in batch order, and how many of them carry signal."""
+        count = trained_group_count(len(signal), self.train_batch_size, self.mini_batch_groups)
+        with_signal = set(signal)
+        without = [uid for uid in dict.fromkeys(batch["uid"].tolist()) if uid not in with_signal]
+        chosen = set((signal + without)[:count])
+        rows = [i for i, uid in enumerate(batch["uid"]) if uid in chosen]
+        return batch.select(indices=rows), min(len(signal), count)
