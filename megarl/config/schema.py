@@ -26,6 +26,11 @@ class DataConfig:
     filter_overlong_prompts: bool = False  # drop prompts longer than max_prompt_length
     truncation: str = "error"  # error | left | right | middle, for overlong prompts that were not dropped
     shuffle: bool = True
+    # PPO-ptx (actor.ptx_coef): pretraining data, prompt/response pairs as SFT reads them, or plain text in
+    # ptx_response_key with ptx_prompt_key null (the loss then covers every token but the first).
+    ptx_files: List[str] = field(default_factory=list)
+    ptx_prompt_key: Optional[str] = "prompt"
+    ptx_response_key: str = "extra_info.answer"
 
     @property
     def generation_batch_size(self) -> int:
@@ -87,6 +92,7 @@ class ActorConfig:
     use_kl_loss: bool = False
     kl_loss_coef: float = 0.001
     kl_loss_type: str = "low_var_kl"
+    ptx_coef: float = 0.0  # PPO-ptx: each update adds ptx_coef × the LM loss of data.ptx_files samples; 0: off
 
 
 @dataclass(frozen=True)

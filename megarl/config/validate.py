@@ -281,12 +281,24 @@ def _check_dapo(cfg: MegaRLConfig, problems: list[str]) -> None:
             problems.append(f"{key}={prompts} prompts cannot be shared among the {engines} rollout engines "
                             f"(GPUs / rollout.tensor_model_parallel_size={rollout_tp}): make it a multiple of "
                             f"{engines}")
+    _check_ptx(cfg, problems)
     overlong = cfg.reward.overlong_buffer
     if overlong.enable and not 0 < overlong.len <= data.max_response_length:
         problems.append(f"reward.overlong_buffer.len={overlong.len} must be in [1, data.max_response_length="
                         f"{data.max_response_length}] (the last tokens before the limit where the penalty grows)")
     if overlong.enable and overlong.penalty_factor < 0:
         problems.append(f"reward.overlong_buffer.penalty_factor={overlong.penalty_factor} must be ≥ 0")
+
+
+def _check_ptx(cfg: MegaRLConfig, problems: list[str]) -> None:
+    coef, files = cfg.actor.ptx_coef, cfg.data.ptx_files
+    if coef < 0:
+        problems.append(f"actor.ptx_coef={coef} must be ≥ 0 (the pretraining loss's weight; 0: off)")
+    elif coef > 0 and not files:
+        problems.append(f"actor.ptx_coef={coef} needs pretraining data: set data.ptx_files to parquet files")
+    elif coef == 0 and files:
+        problems.append("data.ptx_files is set but actor.ptx_coef=0 leaves it unused: set actor.ptx_coef > 0 "
+                        "(InstructGPT's PPO-ptx used 27.8), or drop data.ptx_files")
 
 
 def check_inputs_exist(models: list[tuple[str, str | None]], train_files: list[str], val_files: list[str],

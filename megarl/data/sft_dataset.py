@@ -28,10 +28,12 @@ class SFTDataset:
     """Items `{"prompt_ids", "response_ids"}` (token lists; the response ends with eos), at most `max_length`
     tokens together. Longer samples are an error, or cut: `left` keeps the end (the prompt's start goes first),
     `right` keeps the start (the response's end goes, eos included). `prompt_key` and `response_key` are column
-    names or dotted paths into struct columns (`extra_info.answer`)."""
+    names or dotted paths into struct columns (`extra_info.answer`); `prompt_key` None reads plain text from
+    `response_key`, whose first token then stands for the prompt. `config_keys` name the two keys in errors."""
 
-    def __init__(self, files: Sequence[str | Path], tokenizer, *, prompt_key: str, response_key: str,
-                 max_length: int, truncation: str = "error"):
+    def __init__(self, files: Sequence[str | Path], tokenizer, *, prompt_key: str | None, response_key: str,
+                 max_length: int, truncation: str = "error",
+                 config_keys: tuple[str, str] = ("data.prompt_key", "data.response_key")):
         if truncation not in SFT_TRUNCATIONS:
             raise ValueError(f"truncation={truncation!r} is not one of {', '.join(SFT_TRUNCATIONS)}")
         if not files:
@@ -39,21 +41,17 @@ class SFTDataset:
         if tokenizer.eos_token_id is None:
             raise DataError("the tokenizer has no eos token to end responses with: set model.tokenizer_path to one "
                             "that has")
+        self.tokenizer, self.response_key = tokenizer, response_key
         self.prompt_ids: list[list[int]] = []
         self.response_ids: list[list[int]] = []
         truncated = 0
         for file in (Path(f).expanduser() for f in files):
             table = read_parquet(file)
-            prompts = column(table, prompt_key, "data.prompt_key", file)
-            responses = column(table, response_key, "data.response_key", file)
+            responses = column(table, response_key, config_keys[1], file)
+            prompts = column(table, prompt_key, config_keys[0], file) if prompt_key else [None] * len(responses)
             for row, (prompt, response) in enumerate(zip(prompts, responses)):
                 where = f"{file} row {row}"
-                prompt_ids = encode_prompt(tokenizer, prompt, where)
-                if not prompt_ids:
-                    raise DataError(f"{where}: the prompt is empty")
-                if not isinstance(response, str):
-                    raise DataError(f"{where}: the response ({response_key}) must be text, got {response!r:.120}")
-                response_ids = tokenizer(response, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+                prompt_ids, response_ids = self._encode(prompt, response, where)
                 if len(prompt_ids) + len(response_ids) > max_length:
                     truncated += 1
                     prompt_ids, response_ids = _truncate(prompt_ids, response_ids, max_length, truncation, where)
@@ -62,6 +60,20 @@ class SFTDataset:
         if truncated:
             logger.info("%d of %d samples exceed %d tokens: truncated (%s)", truncated, len(self), max_length,
                         truncation)
+
+    def _encode(self, prompt, response, where: str) -> tuple[list[int], list[int]]:
+        if not isinstance(response, str):
+            raise DataError(f"{where}: the response ({self.response_key}) must be text, got {response!r:.120}")
+        text_ids = self.tokenizer(response, add_special_tokens=False)["input_ids"]
+        if prompt is None:  # plain text: its first token conditions the rest
+            if not text_ids:
+                raise DataError(f"{where}: the text ({self.response_key}) is empty")
+            prompt_ids, text_ids = text_ids[:1], text_ids[1:]
+        else:
+            prompt_ids = encode_prompt(self.tokenizer, prompt, where)
+            if not prompt_ids:
+                raise DataError(f"{where}: the prompt is empty")
+        return prompt_ids, text_ids + [self.tokenizer.eos_token_id]
 
     def __len__(self) -> int:
         return len(self.prompt_ids)

@@ -27,6 +27,7 @@ from megarl.trainer.stages import Score
 from megarl.trainer.checkpoint import Checkpointer, find_resume_checkpoint, saved_step
 from megarl.trainer.metrics import MetricsLogger, check_loggers
 from megarl.trainer.perf import memory_metrics, perf_metrics, summarise
+from megarl.trainer.ptx import pretraining_columns, pretraining_loader
 from megarl.trainer.sampling import StepSampler
 from megarl.trainer.scaffold import endless, load_tokenizer, tell, total_steps, validates_at
 from megarl.trainer.validation import Validator
@@ -78,8 +79,9 @@ def spawn_roles(cluster, cfg: MegaRLConfig, steps: int) -> Roles:
 class RLStep:
     """One PPO/GRPO-family step over a batch of prompts."""
 
-    def __init__(self, roles: Roles, cfg: MegaRLConfig, score: Score, kl_controller):
-        self.roles, self.kl_controller = roles, kl_controller
+    def __init__(self, roles: Roles, cfg: MegaRLConfig, score: Score, kl_controller,
+                 pretraining: Iterator[dict] | None = None):
+        self.roles, self.kl_controller, self.pretraining = roles, kl_controller, pretraining
         self.sample = StepSampler(roles.rollout, cfg, score)
         self.algorithm = cfg.algorithm
         self.max_logprob_mult_error = cfg.rollout.max_logprob_mult_error
@@ -109,7 +111,10 @@ class RLStep:
                 metrics.update(roles.critic.update_critic(batch)[0])
         if step > self.critic_warmup:
             with phase("update_actor"):
-                metrics.update(roles.actor.update_actor(batch)[0])
+                update = batch
+                if self.pretraining is not None:  # PPO-ptx
+                    update = batch.union(pretraining_columns(next(self.pretraining), len(batch)))
+                metrics.update(roles.actor.update_actor(update)[0])
         with phase("update_weights"):
             metrics.update(roles.rollout.sync_weights())
         return batch, {**metrics, **reward_metrics, **kl_metrics, **gate, **self.memory(windows)}
@@ -138,6 +143,7 @@ def train(cfg: MegaRLConfig) -> None:
         tell(f"{cfg.trainer.output_dir} is already at step {done} of {steps}: nothing to train "
              "(raise trainer.total_training_steps or trainer.total_epochs to go on)")
         return
+    ptx = pretraining_loader(cfg, tokenizer)
     scorer = RewardScorer.from_config(tokenizer, cfg.reward)
     kl = cfg.algorithm.kl_ctrl
     kl_controller = make_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
@@ -145,10 +151,10 @@ def train(cfg: MegaRLConfig) -> None:
     with scorer, start_workers(cfg) as cluster:  # the scorer's worker processes end with the run
         score = partial(cluster.once, scorer)  # each batch scored once: torchrun's ranks share rank 0's scores
         roles = spawn_roles(cluster, cfg, steps)
-        checkpoints = Checkpointer(cfg, cluster.is_driver, {"actor": roles.actor, "critic": roles.critic},
-                                   {"loader": loader, "kl_controller": kl_controller})
+        state = {"loader": loader, "kl_controller": kl_controller, **({"ptx_loader": ptx} if ptx else {})}
+        checkpoints = Checkpointer(cfg, cluster.is_driver, {"actor": roles.actor, "critic": roles.critic}, state)
         start = checkpoints.load(resume_from)
-        rl_step = RLStep(roles, cfg, score, kl_controller)
+        rl_step = RLStep(roles, cfg, score, kl_controller, endless(ptx) if ptx else None)
         with MetricsLogger(cfg, steps, cluster.is_driver, start_step=start) as logger:
             roles.rollout.sync_weights()  # after the load: the engine serves the restored actor
             if validate and cfg.trainer.val_before_train and start == 0:

@@ -4,15 +4,17 @@ update machinery, per-token loss weights included, is in `megarl/workers/updates
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
+from megatron.core import parallel_state
 
-from megarl.algorithms import POLICY_LOSSES, kl_penalty
+from megarl.algorithms import POLICY_LOSSES, kl_penalty, token_weights
 from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
 from megarl.models.roles import build_actor
 from megarl.trainer.perf import device_stats
 from megarl.workers import TrainedWorker, join_mesh
 from megarl.workers.columns import response_values, sequences
 from megarl.workers.inputs import ActorInputs
-from megarl.workers.updates import pack_mini_batch, ppo_epochs, reduce_metrics
+from megarl.workers.updates import pack_groups, pack_mini_batch, ppo_epochs, reduce_metrics
 from parallel.batch import Batch
 from parallel.dispatch import Collect, Dispatch, worker_method
 
@@ -39,8 +41,9 @@ class ActorWorker(TrainedWorker):
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
     def update_actor(self, batch: Batch) -> dict[str, float]:
         """PPO epochs over this rank's part in mini-batches (one optimizer step each) of micro-batches; needs
-        `old_log_probs`, `advantages` (and `ref_log_prob` with a KL loss). Returns verl's `actor/*` metrics
-        averaged over the optimizer steps, identical on every rank."""
+        `old_log_probs`, `advantages` (and `ref_log_prob` with a KL loss; `ptx_prompt_ids`, `ptx_responses`,
+        `ptx_response_mask` with PPO-ptx). Returns verl's `actor/*` metrics averaged over the optimizer steps,
+        identical on every rank."""
         return ppo_epochs(batch, self.inputs.update, self._update_mini_batch, "actor")
 
     def _update_mini_batch(self, part: Batch) -> dict[str, float]:
@@ -49,11 +52,17 @@ class ActorWorker(TrainedWorker):
         if loss.kl_loss_coef is not None:
             fields["ref_log_prob"] = part["ref_log_prob"]
         packed, tokens = pack_mini_batch(part, fields, self.inputs.update, device)
+        if loss.ptx_coef > 0:
+            packed += self._ptx_micro_batches(part, device)
         policy_loss = POLICY_LOSSES.get(loss.name)
         temperature = self.inputs.temperature
 
         def loss_fn(logits, batch):
             f = batch.token_fields
+            if "ptx_weights" in f:  # a pretraining micro-batch: the LM loss, at temperature 1
+                logprobs, _ = vocab_parallel_logprobs_and_entropy(logits, batch.labels, with_entropy=False)
+                nll = -(logprobs * f["ptx_weights"]).sum()
+                return loss.ptx_coef * nll, {"ptx_loss": nll.item()}
             logprobs, entropy = vocab_parallel_logprobs_and_entropy(logits, batch.labels, temperature)
             pg_loss, clipfrac, ppo_kl, clipfrac_lower = policy_loss(
                 f["old_log_probs"], logprobs, f["advantages"], f["mask"], loss.clip_ratio_low,
@@ -70,3 +79,16 @@ class ActorWorker(TrainedWorker):
             return total, metrics
 
         return reduce_metrics(self.model.train_step(packed, loss_fn), device)
+
+    def _ptx_micro_batches(self, part: Batch, device) -> list:
+        """The mini-batch's pretraining samples (`ptx_*` columns, PPO-ptx) packed like its RL samples, weighted so
+        that their summed loss is the mean NLL over the mini-batch's pretraining tokens on all data-parallel ranks."""
+        ptx = Batch({"responses": part["ptx_responses"], "response_mask": part["ptx_response_mask"]},
+                    {"prompt_ids": part["ptx_prompt_ids"]})
+        mask = ptx["response_mask"]
+        tokens = mask.sum().to(device)
+        dist.all_reduce(tokens, group=parallel_state.get_data_parallel_group())
+        seqs = sequences(ptx)
+        weights = token_weights(mask, "token-mean", tokens.item())
+        return pack_groups(ptx, seqs, {"ptx_weights": weights}, self.inputs.update.micro.split([len(s) for s in seqs]),
+                           device)

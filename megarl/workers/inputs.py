@@ -38,8 +38,8 @@ class UpdateSchedule:
 
 @dataclass(frozen=True)
 class PolicyLoss:
-    """The actor's loss: a registered policy loss (clip-higher and dual-clip bounds), the entropy bonus and the
-    optional KL loss against the reference."""
+    """The actor's loss: a registered policy loss (clip-higher and dual-clip bounds), the entropy bonus, the
+    optional KL loss against the reference and the optional pretraining loss (PPO-ptx)."""
 
     name: str
     clip_ratio_low: float
@@ -48,11 +48,13 @@ class PolicyLoss:
     entropy_coeff: float
     kl_loss_coef: Optional[float]  # None: no KL loss
     kl_loss_type: str
+    ptx_coef: float  # the pretraining LM loss's weight (PPO-ptx); 0: none
 
     @classmethod
     def of(cls, actor: ActorConfig) -> PolicyLoss:
         return cls(actor.policy_loss, actor.clip_ratio_low, actor.clip_ratio_high, actor.clip_ratio_c,
-                   actor.entropy_coeff, actor.kl_loss_coef if actor.use_kl_loss else None, actor.kl_loss_type)
+                   actor.entropy_coeff, actor.kl_loss_coef if actor.use_kl_loss else None, actor.kl_loss_type,
+                   actor.ptx_coef)
 
 
 @dataclass(frozen=True)

@@ -174,3 +174,9 @@ def test_dynamic_sampling_settings():
     assert "which only dynamic sampling allows" in one_problem("data.train_batch_size=32", "data.gen_batch_size=64")
     assert one_problem("reward.overlong_buffer.enable=true", "data.max_response_length=64",
                        "reward.overlong_buffer.len=65").startswith("reward.overlong_buffer.len=65 must be in [1, ")
+
+
+def test_ptx_needs_both_its_coefficient_and_its_data():
+    assert one_problem("actor.ptx_coef=1.0").startswith("actor.ptx_coef=1.0 needs pretraining data")
+    assert "leaves it unused" in one_problem("data.ptx_files=[text.parquet]")
+    assert one_problem("actor.ptx_coef=-1").startswith("actor.ptx_coef=-1.0 must be ≥ 0")

@@ -37,6 +37,16 @@ def test_text_prompts_and_top_level_response_columns(tmp_path, tokenizer):
     assert tokenizer.decode(item["response_ids"]) == "2<|im_end|>"
 
 
+def test_plain_text_conditions_on_its_first_token_and_errors_name_the_recipe_key(tmp_path, tokenizer):
+    path = to_parquet(tmp_path / "text.parquet", [{"text": "one two three"}])
+    item = load(path, tokenizer, prompt_key=None, response_key="text")[0]
+    ids = tokenizer("one two three", add_special_tokens=False)["input_ids"]
+    assert item == {"prompt_ids": ids[:1], "response_ids": ids[1:] + [tokenizer.eos_token_id]}
+    with pytest.raises(DataError, match=r"no column 'body' for data.ptx_response_key=body"):
+        load(path, tokenizer, prompt_key=None, response_key="body",
+             config_keys=("data.ptx_prompt_key", "data.ptx_response_key"))
+
+
 def test_missing_or_wrong_columns_name_the_key_and_what_is_there(tmp_path, tokenizer):
     path = to_parquet(tmp_path / "a.parquet", rows(2))
     with pytest.raises(DataError, match=r"no column 'response' for data.response_key=response; it has \["):

@@ -1,9 +1,9 @@
 """Checkpoints and resume end to end on CPU (torchrun, 2 processes, the tiny model of conftest.py's `setup`): a run
 killed (SIGKILL of every process) once its step-2 checkpoint is committed, then started again with
 trainer.resume_mode=auto, logs exactly the step-3 metrics of an uninterrupted run. GRPO with a KL loss at TP=2,
-DAPO's dynamic sampling (which draws a step's prompts in rounds) and overlong shaping;
-PPO with a critic, an adaptive KL controller and DP=2, resumed past a checkpoint left half-written
-(`global_step_3.partial`) and a corrupt tracker file. A checkpoint's actor directory exports to HF (bit-exactness
+DAPO's dynamic sampling (which draws a step's prompts in rounds) and overlong shaping; PPO with a critic, an
+adaptive KL controller and DP=2, resumed past a checkpoint left half-written (`global_step_3.partial`) and a corrupt
+tracker file. Both add PPO-ptx, whose pretraining loader resumes too. A checkpoint's actor directory exports to HF (bit-exactness
 of that export is tests/megarl/models/test_checkpoint.py's)."""
 
 import json
@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 
+import datasets
 import psutil
 import pytest
 import torch
@@ -38,17 +39,20 @@ NOT_COMPARED = WALL_CLOCK
 @pytest.fixture(scope="module")
 def reward(tmp_path_factory):
     """A score that differs between responses, so that every step has advantages and updates the policy (the tiny
-    random model never answers the sums right)."""
-    path = tmp_path_factory.mktemp("reward") / "length_reward.py"
-    path.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-                    "    return len(solution_str) % 7 / 7\n")
-    return f"reward.function={path}:compute_score"
+    random model never answers the sums right); and PPO-ptx's pretraining text, whose loader resumes too."""
+    root = tmp_path_factory.mktemp("reward")
+    (root / "length_reward.py").write_text("def compute_score(data_source, solution_str, ground_truth, "
+                                           "extra_info=None):\n    return len(solution_str) % 7 / 7\n")
+    texts = [f"text number {i} of the pretraining set" for i in range(10)]
+    datasets.Dataset.from_list([{"text": t} for t in texts]).to_parquet(str(root / "text.parquet"))
+    return [f"reward.function={root / 'length_reward.py'}:compute_score", f"data.ptx_files=[{root / 'text.parquet'}]",
+            "data.ptx_prompt_key=null", "data.ptx_response_key=text", "actor.ptx_coef=0.5"]
 
 
 def command(root, out, case, reward):
     # A port of its own: a run started right after a killed one, or beside other tests, must not meet theirs.
     return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
-            "-m", "megarl.train", *overrides(root, out, *CASES[case], *RUN, reward)]
+            "-m", "megarl.train", *overrides(root, out, *CASES[case], *RUN, *reward)]
 
 
 def run(cmd, log):
