@@ -162,6 +162,31 @@ class FilterGroupsConfig:
 
 
 @dataclass(frozen=True)
+class RolloutCorrectionConfig:
+    """verl's rollout correction, decoupled mode: megarl/algorithms/rollout_correction.py."""
+
+    rollout_is: Optional[str] = None  # token | sequence: weights π_old/π_rollout on the policy-gradient loss
+    rollout_is_threshold: float = 2.0  # the weights' truncation
+    rollout_rs: Optional[str] = None  # token | sequence | geometric: reject ratios outside the bounds
+    rollout_rs_threshold: Optional[float] = None  # the upper bound; None: rollout_is_threshold
+    rollout_rs_threshold_lower: Optional[float] = None  # None: 1 / the upper bound
+    rollout_token_veto_threshold: Optional[float] = None  # a token ratio below it rejects its sequence
+
+    @property
+    def enabled(self) -> bool:
+        return (self.rollout_is, self.rollout_rs, self.rollout_token_veto_threshold) != (None, None, None)
+
+    @property
+    def rs_upper(self) -> float:
+        return self.rollout_rs_threshold if self.rollout_rs_threshold is not None else self.rollout_is_threshold
+
+    @property
+    def rs_lower(self) -> float:
+        lower = self.rollout_rs_threshold_lower
+        return lower if lower is not None else 1.0 / self.rs_upper
+
+
+@dataclass(frozen=True)
 class AlgorithmConfig:
     adv_estimator: str = "gae"  # gae | grpo | rloo | reinforce_plus_plus | reinforce_plus_plus_baseline | remax
     gamma: float = 1.0
@@ -171,6 +196,7 @@ class AlgorithmConfig:
     kl_penalty: str = "kl"  # the KL estimator used in the reward
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
 
 
 @dataclass(frozen=True)

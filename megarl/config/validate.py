@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Callable
 
 from megarl.algorithms import ADV_ESTIMATORS, KL_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSSES
+from megarl.algorithms.rollout_correction import IS_LEVELS, RS_LEVELS
 from megarl.config.loader import ConfigError
 from megarl.config.schema import MegaRLConfig, MegatronConfig, RunConfig
 from megarl.data.dataset import TRUNCATIONS, DataError
@@ -282,12 +283,26 @@ def _check_dapo(cfg: MegaRLConfig, problems: list[str]) -> None:
                             f"(GPUs / rollout.tensor_model_parallel_size={rollout_tp}): make it a multiple of "
                             f"{engines}")
     _check_ptx(cfg, problems)
+    _check_rollout_correction(cfg.algorithm.rollout_correction, problems)
     overlong = cfg.reward.overlong_buffer
     if overlong.enable and not 0 < overlong.len <= data.max_response_length:
         problems.append(f"reward.overlong_buffer.len={overlong.len} must be in [1, data.max_response_length="
                         f"{data.max_response_length}] (the last tokens before the limit where the penalty grows)")
     if overlong.enable and overlong.penalty_factor < 0:
         problems.append(f"reward.overlong_buffer.penalty_factor={overlong.penalty_factor} must be ≥ 0")
+
+
+def _check_rollout_correction(correction, problems: list[str]) -> None:
+    key = "algorithm.rollout_correction"
+    if correction.rollout_is is not None:
+        check_choice(problems, f"{key}.rollout_is", correction.rollout_is, IS_LEVELS)
+    if correction.rollout_rs is not None:
+        check_choice(problems, f"{key}.rollout_rs", correction.rollout_rs, RS_LEVELS)
+    if correction.rollout_is_threshold <= 0:
+        problems.append(f"{key}.rollout_is_threshold={correction.rollout_is_threshold} must be > 0")
+    elif correction.rollout_rs is not None and not 0 < correction.rs_lower <= correction.rs_upper:
+        problems.append(f"{key}: the rejection bounds [{correction.rs_lower}, {correction.rs_upper}] "
+                        "(rollout_rs_threshold_lower, rollout_rs_threshold) must satisfy 0 < lower ≤ upper")
 
 
 def _check_ptx(cfg: MegaRLConfig, problems: list[str]) -> None:

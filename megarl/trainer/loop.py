@@ -96,6 +96,9 @@ class RLStep:
         with phase("old_log_prob"):
             batch = batch.union(roles.actor.compute_log_prob(batch))
         gate = stages.logprob_gate(batch, self.max_logprob_mult_error)
+        if self.algorithm.rollout_correction.enabled:
+            corrected, correction_metrics = stages.correct_rollout(batch, self.algorithm.rollout_correction)
+            batch, gate = batch.union(corrected), {**gate, **correction_metrics}
         if roles.reference is not None:
             with phase("ref"):
                 batch = batch.union(roles.reference.compute_ref_log_prob(batch))

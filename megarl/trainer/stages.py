@@ -1,6 +1,6 @@
 """The loop's driver-side stages, each a function of the step's `Batch` that returns new columns or metrics: rule or
-custom scores (and DAPO's overlong shaping), ReMax's greedy baseline, the engine/trainer log-prob gate,
-KL-penalised rewards, advantages, and verl's data metrics."""
+custom scores (and DAPO's overlong shaping), ReMax's greedy baseline, the engine/trainer log-prob gate and
+rollout correction, KL-penalised rewards, advantages, and verl's data metrics."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import torch
 
 from megarl.algorithms import apply_kl_penalty, compute_advantage, masked_mean
 from megarl.algorithms.dapo import overlong_penalty
-from megarl.config.schema import AlgorithmConfig, OverlongBufferConfig
+from megarl.algorithms.rollout_correction import rollout_correction
+from megarl.config.schema import AlgorithmConfig, OverlongBufferConfig, RolloutCorrectionConfig
 from megarl.rewards.scorer import RewardResult
 from megarl.rollout.gates import check_logprob_agreement, logprob_agreement
 from parallel.batch import Batch
@@ -56,6 +57,19 @@ def logprob_gate(batch: Batch, max_mult_error: float | None) -> dict[str, float]
     if max_mult_error is not None:
         check_logprob_agreement(gate, max_mult_error)
     return gate
+
+
+def correct_rollout(batch: Batch, correction: RolloutCorrectionConfig) -> tuple[Batch, dict[str, float]]:
+    """`rollout_is_weights` (with `rollout_is`) and `rollout_rs_mask` (with rejection or a veto) for the actor's loss,
+    from the engine's and the trainer's log-probs; `rollout_corr/*` metrics."""
+    result = rollout_correction(
+        batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"], is_level=correction.rollout_is,
+        is_threshold=correction.rollout_is_threshold, rs_level=correction.rollout_rs, rs_upper=correction.rs_upper,
+        rs_lower=correction.rs_lower, veto_threshold=correction.rollout_token_veto_threshold)
+    columns = {"rollout_is_weights": result.weights} if result.weights is not None else {}
+    if correction.rollout_rs is not None or correction.rollout_token_veto_threshold is not None:
+        columns["rollout_rs_mask"] = result.keep
+    return Batch(columns), result.metrics
 
 
 def rewards(batch: Batch, algorithm: AlgorithmConfig, kl_controller) -> tuple[Batch, dict[str, float]]:

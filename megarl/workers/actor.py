@@ -51,7 +51,11 @@ class ActorWorker(TrainedWorker):
         fields = {"old_log_probs": part["old_log_probs"], "advantages": part["advantages"]}
         if loss.kl_loss_coef is not None:
             fields["ref_log_prob"] = part["ref_log_prob"]
-        packed, tokens = pack_mini_batch(part, fields, self.inputs.update, device)
+        if "rollout_is_weights" in part:  # rollout correction
+            fields["rollout_is_weights"] = part["rollout_is_weights"]
+        # Rejected tokens (rollout correction) leave the loss and its denominators.
+        mask = part["response_mask"] * part["rollout_rs_mask"] if "rollout_rs_mask" in part else None
+        packed, tokens = pack_mini_batch(part, fields, self.inputs.update, device, mask)
         if loss.ptx_coef > 0:
             packed += self._ptx_micro_batches(part, device)
         policy_loss = POLICY_LOSSES.get(loss.name)
@@ -64,9 +68,10 @@ class ActorWorker(TrainedWorker):
                 nll = -(logprobs * f["ptx_weights"]).sum()
                 return loss.ptx_coef * nll, {"ptx_loss": nll.item()}
             logprobs, entropy = vocab_parallel_logprobs_and_entropy(logits, batch.labels, temperature)
+            pg_weights = f["weights"] * f["rollout_is_weights"] if "rollout_is_weights" in f else f["weights"]
             pg_loss, clipfrac, ppo_kl, clipfrac_lower = policy_loss(
                 f["old_log_probs"], logprobs, f["advantages"], f["mask"], loss.clip_ratio_low,
-                loss.clip_ratio_high, loss.clip_ratio_c, weights=f["weights"])
+                loss.clip_ratio_high, loss.clip_ratio_c, weights=pg_weights)
             share = f["mask"].sum() / max(tokens, 1.0)  # this micro-batch's share of the mini-batch's tokens
             total = pg_loss - loss.entropy_coeff * (entropy * f["weights"]).sum()
             metrics = {"pg_loss": pg_loss.item(), "pg_clipfrac": (clipfrac * share).item(),

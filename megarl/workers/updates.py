@@ -23,11 +23,11 @@ from parallel.batch import Batch
 
 
 def pack_mini_batch(part: Batch, fields: dict[str, torch.Tensor], update: UpdateSchedule,
-                    device) -> tuple[list[PackedBatch], float]:
+                    device, mask: torch.Tensor | None = None) -> tuple[list[PackedBatch], float]:
     """Micro-batches of `part` packed for this context-parallel rank, with token fields `fields` ([B, R] each),
-    `mask`, `weights` (under the update's loss-aggregation mode) and `token_mean` (for metrics); and the
-    mini-batch's global response-token count."""
-    mask = part["response_mask"]
+    `mask` (the response mask, or the given one: fewer tokens in the loss), `weights` (under the update's
+    loss-aggregation mode) and `token_mean` (for metrics); and the mini-batch's global count of loss tokens."""
+    mask = part["response_mask"] if mask is None else mask
     counts = torch.stack([mask.sum(), (mask.sum(-1) > 0).sum().float()]).to(device)
     dist.all_reduce(counts, group=parallel_state.get_data_parallel_group())
     tokens, sequence_count = counts.tolist()

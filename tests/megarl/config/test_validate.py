@@ -176,6 +176,15 @@ def test_dynamic_sampling_settings():
                        "reward.overlong_buffer.len=65").startswith("reward.overlong_buffer.len=65 must be in [1, ")
 
 
+def test_rollout_correction_levels_and_bounds():
+    key = "algorithm.rollout_correction"
+    assert one_problem(f"{key}.rollout_is=seq").startswith(f"{key}.rollout_is='seq' is not one of: token, sequence")
+    assert "must satisfy 0 < lower ≤ upper" in one_problem(f"{key}.rollout_rs=token", f"{key}.rollout_rs_threshold=2",
+                                                           f"{key}.rollout_rs_threshold_lower=3")
+    correction = load_config(overrides=[f"{key}.rollout_rs=token", f"{key}.rollout_is_threshold=4"]).algorithm
+    assert (correction.rollout_correction.rs_upper, correction.rollout_correction.rs_lower) == (4.0, 0.25)
+
+
 def test_ptx_needs_both_its_coefficient_and_its_data():
     assert one_problem("actor.ptx_coef=1.0").startswith("actor.ptx_coef=1.0 needs pretraining data")
     assert "leaves it unused" in one_problem("data.ptx_files=[text.parquet]")

@@ -47,7 +47,9 @@ def test_grpo_with_kl_loss_under_torchrun(setup, tmp_path):
            "-m", "megarl.train",
            *overrides(setup, out, "algorithm.adv_estimator=grpo", "actor.use_kl_loss=true",
                       "actor.megatron.tensor_model_parallel_size=2", "actor.ppo_mini_batch_size=2",
-                      "trainer.logger=[console,tensorboard,wandb]")]
+                      "trainer.logger=[console,tensorboard,wandb]", "algorithm.rollout_correction.rollout_is=token",
+                      "algorithm.rollout_correction.rollout_rs=geometric",
+                      "algorithm.rollout_correction.rollout_rs_threshold=1.01")]
     proc = run_command(cmd, timeout=480)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-5000:]
     steps = read_metrics(out)
@@ -55,6 +57,9 @@ def test_grpo_with_kl_loss_under_torchrun(setup, tmp_path):
     assert COMMON | {"actor/kl_loss", "timing_s/ref"} <= steps[0].keys()
     assert steps[0]["actor/ppo_kl"] == pytest.approx(0.0, abs=1e-6)  # one mini-batch: its update starts at ratio 1
     assert steps[0]["rollout/logprob_mult_error"] <= 1.001
+    # The transformers engine samples from the trainer's own distribution: weights ≈ 1, nothing rejected.
+    assert steps[0]["rollout_corr/rollout_is_mean"] == pytest.approx(1.0, abs=1e-2)
+    assert steps[0]["rollout_corr/rollout_rs_masked_fraction"] == 0
     assert_cpu_memory_logged(steps)
     assert "step 2/2" in proc.stdout
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))

@@ -86,3 +86,14 @@ def test_first_step_has_ratio_one(single_runs):
     values = [v for row, m in zip(result["values"], result["mask"]) for v, k in zip(row, m) if k]
     assert critic["critic/vpred_mean"] == pytest.approx(sum(values) / len(values), rel=1e-5)
     assert critic["critic/grad_norm"] > 0 and result["values_after"] != result["values"]
+
+
+def test_rollout_correction_weights_and_rejects_in_the_actors_loss(single_runs, model_dir, tmp_path):
+    plain = single_runs("one-mini-batch")  # one mini-batch: its loss is taken at the starting weights
+    half = run(model_dir, tmp_path / "half.json", 1, "--correction", "half")
+    assert half["metrics"]["actor/pg_loss"] == pytest.approx(0.5 * plain["metrics"]["actor/pg_loss"], rel=1e-5)
+    for unweighted in ("actor/entropy", "actor/kl_loss", "actor/ppo_kl"):  # IS weights touch only the PG loss
+        assert half["metrics"][unweighted] == pytest.approx(plain["metrics"][unweighted], rel=1e-5, abs=1e-7)
+    rejected = run(model_dir, tmp_path / "rejected.json", 1, "--correction", "reject")
+    # Nothing is left in the loss (entropy bonus and KL loss included): no gradient at all.
+    assert rejected["metrics"]["actor/pg_loss"] == 0 and rejected["metrics"]["actor/grad_norm"] == 0

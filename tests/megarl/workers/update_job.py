@@ -5,6 +5,7 @@ values, runs its update and computes values again. Rank 0 writes the metrics and
 
 import argparse
 import json
+import math
 
 import torch
 import torch.distributed as dist
@@ -20,6 +21,9 @@ def main():
     parser.add_argument("--mini", type=int, default=4, help="actor.ppo_mini_batch_size (prompts)")
     parser.add_argument("--agg", default="token-mean")
     parser.add_argument("--dynamic", action="store_true")
+    parser.add_argument("--correction", choices=["half", "reject"],
+                        help="rollout correction with engine log-probs that make every IS weight 0.5 (half), or every "
+                             "token's ratio e^5, outside token rejection's bounds (reject)")
     args = parser.parse_args()
 
     from megarl.config import load_config
@@ -57,6 +61,8 @@ def main():
         ref_log_prob = reference.compute_ref_log_prob(batch)["ref_log_prob"]
         batch = batch.union(Batch({"advantages": advantages,
                                    "ref_log_prob": batch["old_log_probs"] - 0.05 * batch["response_mask"]}))
+        if args.correction:
+            batch = batch.union(corrected(batch, args.correction))
         metrics = actor.update_actor(batch)[0]
         after = actor.compute_log_prob(batch)["old_log_probs"]
         values = critic.compute_values(batch)["values"]
@@ -69,6 +75,22 @@ def main():
                            "advantages": advantages.tolist(), "mask": batch["response_mask"].tolist(),
                            "ref_log_prob": ref_log_prob.tolist(), "critic_metrics": critic_metrics,
                            "values": values.tolist(), "values_after": values_after.tolist()}, f)
+
+
+def corrected(batch, mode):
+    """The rollout-correction columns for engine log-probs that give each token the ratio π_old/π_rollout of `mode`."""
+    from megarl.config import load_config
+    from megarl.trainer.stages import correct_rollout
+    from parallel.batch import Batch
+
+    key = "algorithm.rollout_correction"
+    options = ([f"{key}.rollout_is=token", f"{key}.rollout_is_threshold=10"] if mode == "half"
+               else [f"{key}.rollout_rs=token", f"{key}.rollout_is_threshold=2"])
+    log_ratio = math.log(0.5) if mode == "half" else 5.0
+    mask = batch["response_mask"]
+    engine = Batch({"old_log_probs": batch["old_log_probs"], "response_mask": mask,
+                    "rollout_log_probs": batch["old_log_probs"] - log_ratio * mask})
+    return correct_rollout(engine, load_config(overrides=options).algorithm.rollout_correction)[0]
 
 
 if __name__ == "__main__":
