@@ -1,7 +1,8 @@
 """The README's main job, end to end on CPU: `launch/tiny_cpu.sh` makes the bundled arithmetic data and a tiny
 random model, SFT-warm-starts it (once), then GRPO and PPO each raise the mean training reward from ≤ 0.4 to
 ≥ 0.8 under Ray and under torchrun; greedy validation rises with them. GRPO's metrics are identical under the
-two launchers. DAPO (dynamic sampling, overlong shaping) raises greedy validation the same way."""
+two launchers. DAPO (dynamic sampling, overlong shaping) raises greedy validation the same way. No training-health
+check fires in these healthy runs."""
 
 import json
 
@@ -30,6 +31,12 @@ def run_recipe(workdir, algorithm, launcher):
     return [r for r in rows if r["step"] > 0], {r["step"]: r[VAL] for r in rows if VAL in r}
 
 
+def assert_healthy(steps):
+    """The training-health checks (megarl/trainer/health.py) find nothing wrong with a run that learns."""
+    assert {key for step in steps for key, value in step.items() if key.startswith("health/") and value} == set()
+    assert {"health/grad_norm", "health/entropy_collapse", "health/val_stall"} <= steps[-1].keys()
+
+
 @pytest.mark.parametrize("launcher", ["ray", "torchrun"])
 @pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
 def test_reward_rises(workdir, algorithm, launcher):
@@ -38,6 +45,7 @@ def test_reward_rises(workdir, algorithm, launcher):
     assert scores[0] <= 0.4, scores
     assert sum(scores[-3:]) / 3 >= 0.8, scores
     assert validation[0] <= 0.4 and validation[max(validation)] >= 0.8, validation
+    assert_healthy(steps)
     (workdir / f"{algorithm}_{launcher}.json").write_text(json.dumps(steps))
     other = workdir / f"{algorithm}_{'torchrun' if launcher == 'ray' else 'ray'}.json"
     if algorithm == "grpo" and other.exists():
@@ -52,3 +60,4 @@ def test_dapo_learns_with_dynamic_sampling_and_overlong_shaping(workdir):
     assert all(1 <= r <= 4 for r in rounds) and max(rounds) > 1, rounds  # more rounds as groups become all-right
     assert all(s["dapo/kept_groups"] == 16 or s["dapo/num_gen_batches"] == 4 for s in steps)
     assert max(s["reward/overlong_ratio"] for s in steps) > 0  # answers running into the last 2 tokens lose reward
+    assert_healthy(steps)

@@ -236,6 +236,22 @@ class RunConfig:
 
 
 @dataclass(frozen=True)
+class HealthConfig:
+    """Checks after each step (megarl/trainer/health.py): `health/<check>` is 1 on a breach, with one console line
+    saying what to do; a check named in stop_on ends the run (after a checkpoint)."""
+
+    enable: bool = True
+    ppo_kl_max: float = 0.05  # actor/ppo_kl above it: updates move too far
+    ppo_kl_min: Optional[float] = None  # below it: updates barely move (off: ~0 is normal with few mini-batches)
+    grad_norm_max: float = 10.0  # actor/grad_norm above it (above 100 training usually diverges)
+    entropy_collapse_ratio: float = 0.1  # actor/entropy below this fraction of step 1's
+    response_clip_ratio_max: float = 0.2  # response_length/clip_ratio above it: responses cut at the limit
+    logprob_mult_error_max: float = 1.05  # rollout/logprob_mult_error above it: engine and trainer disagree
+    val_patience: int = 3  # validations without a new best before the run is called stalled
+    stop_on: List[str] = field(default_factory=list)  # check names, e.g. [grad_norm, logprob_mismatch]
+
+
+@dataclass(frozen=True)
 class TrainerConfig(RunConfig):
     save_freq: int = -1  # steps between checkpoints (and one at the last step); -1: never. docs/checkpoints.md
     test_freq: int = -1  # steps between validations; -1: never
@@ -247,6 +263,7 @@ class TrainerConfig(RunConfig):
     # On a GPU machine, refuse a launch whose predicted per-GPU or per-node memory does not fit (`megarl plan`,
     # docs/memory.md); false launches anyway, e.g. when the prediction is wrong for your setup.
     memory_check: bool = True
+    health: HealthConfig = field(default_factory=HealthConfig)
 
 
 @dataclass(frozen=True)

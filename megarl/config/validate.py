@@ -8,6 +8,7 @@ from typing import Callable
 
 from megarl.algorithms import ADV_ESTIMATORS, KL_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSSES
 from megarl.algorithms.rollout_correction import IS_LEVELS, RS_LEVELS
+from megarl.trainer.health import CHECKS as HEALTH_CHECKS
 from megarl.config.loader import ConfigError
 from megarl.config.schema import MegaRLConfig, MegatronConfig, RunConfig
 from megarl.data.dataset import TRUNCATIONS, DataError
@@ -284,6 +285,8 @@ def _check_dapo(cfg: MegaRLConfig, problems: list[str]) -> None:
                             f"{engines}")
     _check_ptx(cfg, problems)
     _check_rollout_correction(cfg.algorithm.rollout_correction, problems)
+    for name in cfg.trainer.health.stop_on:
+        check_choice(problems, "trainer.health.stop_on", name, tuple(HEALTH_CHECKS))
     overlong = cfg.reward.overlong_buffer
     if overlong.enable and not 0 < overlong.len <= data.max_response_length:
         problems.append(f"reward.overlong_buffer.len={overlong.len} must be in [1, data.max_response_length="

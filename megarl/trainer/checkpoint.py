@@ -178,9 +178,12 @@ class Checkpointer:
             print(f"resumed from {path} (step {saved['step']})", flush=True)
         return saved["step"]
 
-    def maybe_save(self, step: int, last_step: int) -> None:
+    def maybe_save(self, step: int, last_step: int) -> bool:
+        """Save after `step` when trainer.save_freq says so; whether it saved."""
         if self.save_freq > 0 and (step % self.save_freq == 0 or step == last_step):
             self.save(step)
+            return True
+        return False
 
     def save(self, step: int) -> None:
         start, driver_rng = time.perf_counter(), rng.capture()  # captured where the roles capture theirs

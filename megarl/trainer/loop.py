@@ -25,6 +25,7 @@ from megarl.rewards.scorer import RewardScorer
 from megarl.trainer import stages
 from megarl.trainer.stages import Score
 from megarl.trainer.checkpoint import Checkpointer, find_resume_checkpoint, saved_step
+from megarl.trainer.health import HealthMonitor, HealthStop
 from megarl.trainer.metrics import MetricsLogger, check_loggers
 from megarl.trainer.perf import memory_metrics, perf_metrics, summarise
 from megarl.trainer.ptx import pretraining_columns, pretraining_loader
@@ -132,6 +133,14 @@ class RLStep:
         return memory_metrics([rank for role in asked for rank in role.memory_peaks({**windows, "step": step})])
 
 
+def stop_for_health(checkpoints: Checkpointer, step: int, saved: bool, reason: str) -> None:
+    """End the run on a stop_on breach, its step checkpointed."""
+    if not saved:
+        checkpoints.save(step)
+    raise HealthStop(f"stopped after step {step}: {reason}; the step's checkpoint is in "
+                     f"{checkpoints.root} (trainer.resume_mode=auto resumes from it)")
+
+
 def train(cfg: MegaRLConfig) -> None:
     check_loggers(cfg)
     resume_from = find_resume_checkpoint(cfg)  # before anything starts: a wrong resume path fails at once
@@ -158,6 +167,7 @@ def train(cfg: MegaRLConfig) -> None:
         checkpoints = Checkpointer(cfg, cluster.is_driver, {"actor": roles.actor, "critic": roles.critic}, state)
         start = checkpoints.load(resume_from)
         rl_step = RLStep(roles, cfg, score, kl_controller, endless(ptx) if ptx else None)
+        health = HealthMonitor(cfg.trainer.health, tell)
         with MetricsLogger(cfg, steps, cluster.is_driver, start_step=start) as logger:
             roles.rollout.sync_weights()  # after the load: the engine serves the restored actor
             if validate and cfg.trainer.val_before_train and start == 0:
@@ -174,5 +184,8 @@ def train(cfg: MegaRLConfig) -> None:
                 metrics.update(stages.data_metrics(batch, data.max_response_length))
                 metrics.update(perf_metrics(batch, metrics, cfg.world_size, hf_config, cfg.actor.ppo_epochs,
                                             summarise(roles.actor.device_stats())))
+                metrics.update(health(step, metrics))
                 logger.log(step, metrics)
-                checkpoints.maybe_save(step, steps)
+                saved = checkpoints.maybe_save(step, steps)
+                if health.stop_reason is not None:
+                    stop_for_health(checkpoints, step, saved, health.stop_reason)

@@ -1,0 +1,115 @@
+"""Training health after each step: practitioners' warning signs (seed 001) as `health/<check>` metrics, 1 on a
+breach, each breach with one console line naming what to do. A check named in `trainer.health.stop_on` ends the
+run after its step is logged and checkpointed (`HealthStop`).
+
+Checks read the step's metrics, so every torchrun rank (which logs the same metrics) decides alike; a check whose
+metric the step lacks (no validation this step, a critic-only step) is not evaluated.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from megarl.config.schema import HealthConfig
+
+VALIDATION = "val-core/"
+
+
+class HealthStop(Exception):
+    """A breach of a check named in trainer.health.stop_on ended the run."""
+
+
+class HealthMonitor:
+    """Runs the checks of `health` on each step's metrics and remembers what they compare against (step 1's
+    entropy, the best validation)."""
+
+    def __init__(self, health: HealthConfig, speak: Callable[[str], None]):
+        self.health, self.speak = health, speak
+        self.first_entropy: float | None = None
+        self.best_validation: tuple[float, int] | None = None  # (score, step)
+        self.validations_since_best = 0
+        self.stop_reason: str | None = None  # set by a breach of a stop_on check
+
+    def __call__(self, step: int, metrics: dict[str, float]) -> dict[str, float]:
+        """`health/<check>` of each check the step's metrics allow; each breach said in one line."""
+        if not self.health.enable:
+            return {}
+        out = {}
+        for name, key in CHECKS.items():
+            if not any(k.startswith(key) for k in metrics):
+                continue
+            message = getattr(self, f"_{name}")(step, metrics)
+            out[f"health/{name}"] = float(message is not None)
+            if message is not None:
+                self.speak(f"health ({name}) at step {step}: {message}")
+                if name in self.health.stop_on and self.stop_reason is None:
+                    self.stop_reason = f"trainer.health.stop_on has {name}: {message}"
+        return out
+
+    def _ppo_kl(self, step: int, metrics: dict) -> str | None:
+        kl = metrics.get("actor/ppo_kl")
+        if kl is None:
+            return None
+        if kl > self.health.ppo_kl_max:
+            return (f"actor/ppo_kl={kl:.3g} > {self.health.ppo_kl_max}: each update moves the policy far from the one "
+                    "that sampled: lower actor.optim.lr, or raise the KL coefficient (actor.kl_loss_coef)")
+        if self.health.ppo_kl_min is not None and kl < self.health.ppo_kl_min:
+            return (f"actor/ppo_kl={kl:.3g} < {self.health.ppo_kl_min}: updates barely move the policy: raise "
+                    "actor.optim.lr or lower the KL coefficient")
+        return None
+
+    def _grad_norm(self, step: int, metrics: dict) -> str | None:
+        norm = metrics.get("actor/grad_norm")
+        if norm is None or norm <= self.health.grad_norm_max:  # NaN breaches too
+            return None
+        return (f"actor/grad_norm={norm:.3g} > {self.health.grad_norm_max}: lower actor.optim.lr or "
+                "actor.optim.clip_grad (above 100 training usually diverges)")
+
+    def _entropy_collapse(self, step: int, metrics: dict) -> str | None:
+        entropy = metrics.get("actor/entropy")
+        if entropy is None:
+            return None
+        if self.first_entropy is None:
+            self.first_entropy = entropy
+        floor = self.health.entropy_collapse_ratio * self.first_entropy
+        if entropy >= floor:
+            return None
+        return (f"actor/entropy={entropy:.3g} fell below {self.health.entropy_collapse_ratio:g} × its first value "
+                f"{self.first_entropy:.3g}: the policy is collapsing onto few answers: raise actor.entropy_coeff or "
+                "rollout.temperature, or use clip-higher (actor.clip_ratio_high)")
+
+    def _response_clipping(self, step: int, metrics: dict) -> str | None:
+        clipped = metrics.get("response_length/clip_ratio")
+        if clipped is None or clipped <= self.health.response_clip_ratio_max:
+            return None
+        return (f"{clipped:.0%} of responses hit data.max_response_length: raise it, or penalise overlong answers "
+                "(reward.overlong_buffer)")
+
+    def _logprob_mismatch(self, step: int, metrics: dict) -> str | None:
+        error = metrics.get("rollout/logprob_mult_error")
+        if error is None or error <= self.health.logprob_mult_error_max:
+            return None
+        return (f"rollout/logprob_mult_error={error:.4g} > {self.health.logprob_mult_error_max}: the engine and the "
+                "trainer disagree on the sampled tokens' log-probs: correct for it (algorithm.rollout_correction) "
+                "or find the mismatch (rollout settings, precision)")
+
+    def _val_stall(self, step: int, metrics: dict) -> str | None:
+        scores = [value for key, value in metrics.items() if key.startswith(VALIDATION)]
+        if not scores:
+            return None
+        score = sum(scores) / len(scores)
+        if self.best_validation is None or score > self.best_validation[0]:
+            self.best_validation, self.validations_since_best = (score, step), 0
+            return None
+        self.validations_since_best += 1
+        if self.validations_since_best < self.health.val_patience:
+            return None
+        best, at = self.best_validation
+        return (f"validation has not improved for {self.validations_since_best} evaluations (best {best:.4g} at step "
+                f"{at}): consider stopping, or lowering actor.optim.lr")
+
+
+# Each check and the metric (prefix) it reads: it is evaluated only on steps that have it.
+CHECKS = {"ppo_kl": "actor/ppo_kl", "grad_norm": "actor/grad_norm", "entropy_collapse": "actor/entropy",
+          "response_clipping": "response_length/clip_ratio", "logprob_mismatch": "rollout/logprob_mult_error",
+          "val_stall": VALIDATION}
