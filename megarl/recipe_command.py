@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 from megarl.config import ConfigError, RecipeSchema, describe_keys, load_config, save_config
 from megarl.data.dataset import DataError
 from parallel.controller import stop_runtime
+from parallel.quiet import accelerators_notice, be_verbose
 
 # Where a run cannot write (a full or read-only disk, no permission): the cause is the environment, not a bug.
 STORAGE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
@@ -51,8 +52,11 @@ def run_recipe_command(argv: Sequence[str] | None, schema: RecipeSchema, descrip
     parser.add_argument("--recipe", help="recipe YAML (defaults apply to every key it leaves out)")
     parser.add_argument("--dry-run", action="store_true", help="validate, write the resolved config, and stop")
     parser.add_argument("--help-keys", action="store_true", help="list every config key with its default")
+    parser.add_argument("--verbose", action="store_true", help="keep every library warning and progress bar")
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value")
     args = parser.parse_args(argv)
+    if args.verbose:
+        be_verbose()
     if args.help_keys:
         print(describe_keys(schema))
         return 0
@@ -67,8 +71,9 @@ def run_recipe_command(argv: Sequence[str] | None, schema: RecipeSchema, descrip
         print(f"error: trainer.output_dir={cfg.trainer.output_dir} cannot be written ({e.strerror}: {e.filename}): "
               "point it at a writable directory with free space", file=sys.stderr)
         return 2
-    print(f"resolved config written to {written}")
-    print(describe(cfg))
+    if os.environ.get("RANK", "0") == "0":  # once a run: torchrun's other ranks run this too
+        notice = None if args.dry_run else accelerators_notice()
+        print("\n".join([f"resolved config written to {written}", describe(cfg), *([notice] if notice else [])]))
     if args.dry_run:
         return 0
     return _run(cfg, run, failures)

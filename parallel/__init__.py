@@ -3,3 +3,7 @@ under torchrun (`controller`, `worker`, `dispatch`, `ray_backend`, `spmd_backend
 where the colocated rollout engines run (`engines`) and how the actor's weights stream into them (`reshard`);
 `cpu_compat` lets megatron run on CPU for tests. It knows process groups and tensors, not models: parameter
 names and their HF conversion come from megarl.models as callables. It never imports the trainer."""
+
+from parallel.quiet import quiet_libraries
+
+quiet_libraries()  # before megatron, transformers and datasets are imported (parallel/quiet.py)

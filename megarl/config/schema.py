@@ -233,6 +233,7 @@ class RunConfig:
     n_gpus_per_node: int = 1
     launcher: str = "auto"  # auto (torchrun when started by torchrun, else Ray) | ray | torchrun
     collective_timeout_s: int = 600  # a collective waiting longer than this fails the run (a dead rank)
+    log_interval: Optional[int] = None  # steps between console lines (and validations, the last step); None: ~20 a run
 
 
 @dataclass(frozen=True)

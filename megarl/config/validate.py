@@ -137,6 +137,8 @@ def run_sizes(trainer: RunConfig) -> dict[str, int]:
              "trainer.collective_timeout_s": trainer.collective_timeout_s}
     if trainer.total_training_steps is not None:
         sizes["trainer.total_training_steps"] = trainer.total_training_steps
+    if trainer.log_interval is not None:
+        sizes["trainer.log_interval"] = trainer.log_interval
     return sizes
 
 

@@ -1,6 +1,7 @@
 """Where a step's metrics go, written by one process (the Ray driver, or torchrun's rank 0):
 - `metrics.jsonl` in the output directory: one JSON object per step, always;
-- `console`: a progress bar and a compact line per step;
+- `console`: a progress bar (on a terminal) and a compact line every `trainer.log_interval` steps, at validations
+  and at the last step;
 - `tensorboard`: event files in `{output_dir}/tensorboard` (`TENSORBOARD_DIR` overrides, as in verl);
 - `wandb`: project/experiment names from the recipe and the resolved config; `WANDB_MODE=offline` works
   without an account or network.
@@ -16,9 +17,10 @@ from pathlib import Path
 
 from megarl.config import ConfigError
 
-CONSOLE_KEYS = ("critic/score/mean", "actor/pg_loss", "actor/entropy", "actor/ppo_kl", "critic/vf_loss",
-                "response_length/mean", "rollout/logprob_mult_error", "train/loss", "train/grad_norm", "train/lr",
-                "timing_s/step")
+CONSOLE_KEYS = {"critic/score/mean": "score", "actor/pg_loss": "pg_loss", "actor/entropy": "entropy",
+                "actor/ppo_kl": "ppo_kl", "critic/vf_loss": "vf_loss", "response_length/mean": "response_len",
+                "rollout/logprob_mult_error": "logprob_err", "train/loss": "loss", "train/grad_norm": "grad_norm",
+                "train/lr": "lr", "timing_s/step": "step_s"}
 INSTALL = {"tensorboard": "pip install tensorboard", "wandb": "pip install wandb"}
 
 
@@ -38,6 +40,12 @@ def _importable(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
+def console_line(step: int, total: int, metrics: dict[str, float]) -> str:
+    shown = " ".join(f"{label}={metrics[key]:.4g}" for key, label in CONSOLE_KEYS.items() if key in metrics)
+    shown += "".join(f" {key}={value:.4g}" for key, value in metrics.items() if key.startswith("val-core/"))
+    return f"step {step}/{total} {shown}"
+
+
 class MetricsLogger:
     """`cfg` needs `trainer.{logger, output_dir, project_name, experiment_name}` (RL and SFT recipes have them)."""
 
@@ -54,11 +62,13 @@ class MetricsLogger:
         if self.path.exists():
             kept = [line for line in self.path.read_text().splitlines() if json.loads(line)["step"] <= start_step]
             self.path.write_text("".join(line + "\n" for line in kept))
+        self.interval = trainer.log_interval or max(1, total_steps // 20)
         if "console" in trainer.logger:
             from tqdm import tqdm
 
+            # Redirected to a file, a bar would fill it with carriage-return updates: lines only there.
             self.progress = tqdm(total=total_steps, initial=start_step, desc=trainer.experiment_name, unit="step",
-                                 file=sys.stderr, dynamic_ncols=True)
+                                 file=sys.stderr, dynamic_ncols=True, disable=not sys.stderr.isatty())
         if "tensorboard" in trainer.logger:
             from torch.utils.tensorboard import SummaryWriter
 
@@ -80,9 +90,9 @@ class MetricsLogger:
         with open(self.path, "a") as f:
             f.write(json.dumps({"step": step, **metrics}) + "\n")
         if self.progress is not None:
-            shown = " ".join(f"{key.split('/', 1)[-1]}={metrics[key]:.4g}" for key in CONSOLE_KEYS if key in metrics)
-            shown += "".join(f" {key}={value:.4g}" for key, value in metrics.items() if key.startswith("val-core/"))
-            self.progress.write(f"step {step}/{self.total_steps} {shown}", file=sys.stdout)
+            validated = any(key.startswith("val-core/") for key in metrics)
+            if step % self.interval == 0 or step == self.total_steps or validated:
+                self.progress.write(console_line(step, self.total_steps, metrics), file=sys.stdout)
             self.progress.n = step
             self.progress.refresh()
         if self.tensorboard is not None:

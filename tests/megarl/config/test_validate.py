@@ -87,6 +87,7 @@ def test_critic_is_checked_only_when_used_and_when_it_differs():
         ("actor.clip_ratio_c=1.0", "actor.clip_ratio_c=1.0 must be > 1.0"),
         ("rollout.gpu_memory_utilization=1.5", "must be in (0, 1)"),
         ("data.max_prompt_length=0", "data.max_prompt_length=0 must be at least 1"),
+        ("trainer.log_interval=0", "trainer.log_interval=0 must be at least 1"),
         ("trainer.resume_mode=resume_path", "needs trainer.resume_from_path"),
         ("reward.function=missing_file.py:fn", "file missing_file.py does not exist"),
         ("reward.function=no_colon", "write it as"),

@@ -44,3 +44,18 @@ def test_a_failing_run_still_closes_its_loggers(tmp_path):
     events = EventAccumulator(str(tmp_path / "tensorboard"))
     events.Reload()
     assert [(e.step, e.value) for e in events.Scalars("actor/pg_loss")] == [(1, 0.25)]
+
+
+def test_the_console_shows_a_line_every_log_interval_steps_at_validations_and_at_the_end(tmp_path, capsys):
+    with MetricsLogger(config(tmp_path, ["console"]), 100, is_writer=True) as logger:  # no interval: ~20 lines
+        for step in range(101):
+            logger.log(step, {"critic/score/mean": 0.5, **({"val-core/x/reward/mean@1": 1.0} if step == 33 else {})})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "step 5/100 score=0.5"
+    shown = [int(line.split()[1].split("/")[0]) for line in lines]
+    assert shown == [0, 5, 10, 15, 20, 25, 30, 33, *range(35, 101, 5)]
+    cfg = load_config(overrides=[f"trainer.output_dir={tmp_path}", "trainer.log_interval=40"])
+    with MetricsLogger(cfg, 100, is_writer=True) as logger:
+        for step in range(1, 101):
+            logger.log(step, {"critic/score/mean": 0.5})
+    assert [line.split()[1] for line in capsys.readouterr().out.splitlines()] == ["40/100", "80/100", "100/100"]

@@ -1,0 +1,53 @@
+"""What megarl's processes keep off the console: library warnings a user cannot act on (the Transformer Engine and
+Apex fallbacks that `accelerators_notice` sums up once, megatron's and torch's deprecations of calls megatron makes)
+and per-file progress bars of transformers and datasets. `MEGARL_VERBOSE=1` (`--verbose`) keeps everything, in
+this process and in the processes it starts.
+
+`quiet_libraries` runs when `parallel` or `megarl` is imported, so before megatron, transformers and datasets are:
+in the driver, in every torchrun rank and in every Ray worker process (which imports `parallel.worker` first).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import warnings
+
+VERBOSE = "MEGARL_VERBOSE"
+NOISE = (
+    (UserWarning, r"Transformer Engine and Apex are not installed"),
+    (UserWarning, r"Apex is not installed"),
+    (UserWarning, r"full scope is deprecated"),
+    (FutureWarning, r"`torch\.distributed\.(reduce_scatter_tensor|all_gather_into_tensor)` is deprecated"),
+    # megatron reads .grad of every parameter; on CPU (parallel/cpu_compat.py) they pass through a torch function mode
+    (UserWarning, r"The \.grad attribute of a Tensor that is not a leaf Tensor is being accessed"),
+)
+PROGRESS_BARS = ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS")
+
+
+def quiet_libraries() -> None:
+    if os.environ.get(VERBOSE):
+        return
+    for category, message in NOISE:
+        warnings.filterwarnings("ignore", message=message, category=category)
+    for variable in PROGRESS_BARS:
+        os.environ.setdefault(variable, "1")
+
+
+def be_verbose() -> None:
+    """Undo `quiet_libraries` here and keep it off in the processes this one starts."""
+    os.environ[VERBOSE] = "1"
+    ours = {(category, message) for category, message in NOISE}
+    warnings.filters[:] = [f for f in warnings.filters
+                           if not (f[0] == "ignore" and f[1] is not None and (f[2], f[1].pattern) in ours)]
+    for variable in PROGRESS_BARS:
+        if os.environ.get(variable) == "1":
+            del os.environ[variable]
+
+
+def accelerators_notice() -> str | None:
+    """One line for a run without Transformer Engine (None with it)."""
+    if importlib.util.find_spec("transformer_engine") is not None:
+        return None
+    return ("note: Transformer Engine and Apex are not installed: megatron runs its local layers (torch norms and "
+            "attention, unfused kernels), slower on GPUs; `pip install -e \".[accel]\"` adds them where they build")
