@@ -18,6 +18,7 @@ install_requires = [
     TRANSFORMERS,
     "tokenizers",
     "tqdm",  # the console logger's progress bar
+    "plotly>=5.20",  # `megarl view` inlines its offline plotly.js bundle, so the page needs no network
 ]
 
 extras_require = {
@@ -56,7 +57,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["megarl", "megarl.*", "parallel", "parallel.*"]),
-    package_data={"megarl": ["py.typed"]},
+    package_data={"megarl": ["py.typed"], "megarl.view": ["*.js", "*.css"]},
     install_requires=install_requires,
     extras_require=extras_require,
     entry_points={"console_scripts": ["megarl = megarl.cli:main"]},

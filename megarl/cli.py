@@ -55,6 +55,7 @@ COMMANDS = {
     "export": ("megarl.models.export", "turn a megarl model checkpoint into a HF checkpoint"),
     "init-model": ("megarl.models.init_model", "write a random-weight HF checkpoint of a recipe's model shape"),
     "plan": ("megarl.plan.command", "predict a recipe's GPU and host memory per phase; what to change if it does not fit"),
+    "view": ("megarl.view.command", "a run's curves, samples and validations in the browser (one offline page)"),
 }
 
 

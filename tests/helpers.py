@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -138,6 +139,20 @@ def overrides(root, out, *extra):
 
 def read_metrics(out):
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+CHROMIUM = shutil.which("chromium")  # Debian's headless browser, which .ci/run installs
+
+
+def chromium(tmp_path: Path, url: str, *args: str) -> subprocess.CompletedProcess:
+    """Headless Chromium on `url` (scripts run up to 15 s of virtual time), e.g. with --dump-dom or --screenshot;
+    the flags keep it off the network this machine does not have."""
+    command = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync",
+               f"--user-data-dir={tmp_path / 'chromium-profile'}", "--virtual-time-budget=15000", *args, url]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result
 
 
 def gpu_machine() -> str:

@@ -20,7 +20,8 @@ from megarl.config.schema import (
 )
 from megarl.config.sft_schema import SFTActorConfig, SFTConfig, SFTDataConfig, SFTTrainerConfig
 from megarl.config.sft_validate import SFT_RECIPE, validate_sft_config
-from megarl.config.validate import check_inputs_exist, read_hf_config, validate_config
+from megarl.config.on_disk import check_inputs_exist
+from megarl.config.validate import read_hf_config, validate_config
 
 __all__ = [
     "ActorConfig",

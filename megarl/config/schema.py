@@ -265,6 +265,16 @@ class TrainerConfig(RunConfig):
     # docs/memory.md); false launches anyway, e.g. when the prediction is wrong for your setup.
     memory_check: bool = True
     health: HealthConfig = field(default_factory=HealthConfig)
+    # Sample logs (megarl/trainer/samples.py, read by `megarl view`): per step, log_samples of the batch's samples
+    # (0: none; -1: the whole batch, as verl writes) as {step}.jsonl in rollout_data_dir, and as many validation
+    # samples in validation_data_dir; None: {output_dir}/samples/train and {output_dir}/samples/val.
+    log_samples: int = 4
+    rollout_data_dir: Optional[str] = None
+    validation_data_dir: Optional[str] = None
+
+    @property
+    def samples_logged(self) -> bool:
+        return self.log_samples != 0
 
 
 @dataclass(frozen=True)

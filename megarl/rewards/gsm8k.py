@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from megarl.rewards.outcome import AnswerSpan
+
 # The final answer sits at the end; searching only the tail keeps the regex cheap on long responses.
 SOLUTION_CLIP_CHARS = 300
 
@@ -11,18 +13,30 @@ _STRICT = re.compile(r"#### (\-?[0-9\.\,]+)")
 _NUMBER = re.compile(r"(\-?[0-9\.\,]+)")
 
 
-def extract_solution(solution_str: str, method: str = "strict") -> str | None:
-    """strict: the last `#### number` (commas and `$` removed); flexible: the last number-like token."""
+def find_answer(solution_str: str, method: str = "strict", **_) -> AnswerSpan | None:
+    """Where the answer sits: strict, the last `#### number` (its text without commas and `$`); flexible, the last
+    number-like token. Other keyword arguments (`reward.kwargs` for `compute_score`) do not move it."""
     if method not in ("strict", "flexible"):
         raise ValueError(f"method must be 'strict' or 'flexible', got {method!r}")
-    solution_str = solution_str[-SOLUTION_CLIP_CHARS:]
+    offset = max(0, len(solution_str) - SOLUTION_CLIP_CHARS)
+    tail = solution_str[offset:]
     if method == "strict":
-        solutions = _STRICT.findall(solution_str)
-        return solutions[-1].replace(",", "").replace("$", "") if solutions else None
-    for candidate in reversed(_NUMBER.findall(solution_str)):
-        if candidate not in ("", "."):
-            return candidate
+        matches = list(_STRICT.finditer(tail))
+        if not matches:
+            return None
+        found = matches[-1]
+        return AnswerSpan(found.group(1).replace(",", "").replace("$", ""), offset + found.start(1),
+                          offset + found.end(1))
+    for found in reversed(list(_NUMBER.finditer(tail))):
+        if found.group(1) not in ("", "."):
+            return AnswerSpan(found.group(1), offset + found.start(1), offset + found.end(1))
     return None
+
+
+def extract_solution(solution_str: str, method: str = "strict") -> str | None:
+    """strict: the last `#### number` (commas and `$` removed); flexible: the last number-like token."""
+    found = find_answer(solution_str, method)
+    return found.text if found is not None else None
 
 
 def compute_score(

@@ -3,13 +3,22 @@ r"""MATH rule reward: the last `\boxed{}` answer, compared after the Hendrycks e
 
 from __future__ import annotations
 
+from megarl.rewards.outcome import AnswerSpan
+
 
 def compute_score(solution_str: str, ground_truth: str) -> float:
+    found = find_answer(solution_str)
+    return 1.0 if found is not None and is_equiv(found.text, ground_truth) else 0.0
+
+
+def find_answer(solution_str: str, **_) -> AnswerSpan | None:
+    r"""The content of the last `\boxed{}` (or `\boxed x`, `\fbox{}`), and where it sits in the response."""
     boxed = last_boxed_only_string(solution_str)
-    if boxed is None:
-        return 0.0
-    answer = remove_boxed(boxed)
-    return 1.0 if answer is not None and is_equiv(answer, ground_truth) else 0.0
+    answer = remove_boxed(boxed) if boxed is not None else None
+    if answer is None:
+        return None
+    start = solution_str.rfind(boxed) + len(boxed) - len(answer) - (0 if boxed.startswith("\\boxed ") else 1)
+    return AnswerSpan(answer, start, start + len(answer))
 
 
 def last_boxed_only_string(string: str) -> str | None:

@@ -6,11 +6,19 @@ import math
 import numbers
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import torch
 
 from megarl.registry import UnknownNameError
+
+
+class AnswerSpan(NamedTuple):
+    """The answer a scorer read off a response, and where: `response[start:end]` (text may be normalised)."""
+
+    text: str
+    start: int
+    end: int
 
 
 class RewardFunctionError(RuntimeError):

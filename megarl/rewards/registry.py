@@ -4,22 +4,23 @@ from __future__ import annotations
 
 import numbers
 from math import isfinite
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from megarl.registry import Registry
 from megarl.rewards import gsm8k, math
+from megarl.rewards.outcome import AnswerSpan
 
 RULE_SCORERS: Registry[Callable[..., Any]] = Registry("data_source")
 register_data_source = RULE_SCORERS.register
+# Where each rule scorer finds a response's answer (the sample logs show it): `find_answer(text, **reward.kwargs)`.
+ANSWER_FINDERS: Registry[Callable[..., Optional[AnswerSpan]]] = Registry("data_source")
 
-register_data_source("openai/gsm8k", "gsm8k", "synthetic/arithmetic")(gsm8k.compute_score)
-register_data_source(
-    "HuggingFaceH4/MATH-500",
-    "lighteval/MATH",
-    "DigitalLearningGmbH/MATH-lighteval",
-    "xiaodongguaAIGC/X-R1-750",
-    "math",
-)(math.compute_score)
+GSM8K_SOURCES = ("openai/gsm8k", "gsm8k", "synthetic/arithmetic")
+MATH_SOURCES = ("HuggingFaceH4/MATH-500", "lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval",
+                "xiaodongguaAIGC/X-R1-750", "math")
+for sources, rule in ((GSM8K_SOURCES, gsm8k), (MATH_SOURCES, math)):
+    register_data_source(*sources)(rule.compute_score)
+    ANSWER_FINDERS.register(*sources)(rule.find_answer)
 
 
 def default_compute_score(

@@ -29,6 +29,7 @@ from megarl.trainer.health import HealthMonitor, HealthStop
 from megarl.trainer.metrics import MetricsLogger, check_loggers
 from megarl.trainer.perf import memory_metrics, perf_metrics, summarise
 from megarl.trainer.ptx import pretraining_columns, pretraining_loader
+from megarl.trainer.samples import SampleLog
 from megarl.trainer.sampling import StepSampler
 from megarl.trainer.scaffold import endless, load_tokenizer, tell, total_steps, validates_at
 from megarl.trainer.validation import Validator
@@ -133,6 +134,13 @@ class RLStep:
         return memory_metrics([rank for role in asked for rank in role.memory_peaks({**windows, "step": step})])
 
 
+def validation(validator: Validator, rollout, score: Score, samples: SampleLog, step: int) -> dict[str, float]:
+    """Validate the engines' current weights; the first samples go to the sample logs."""
+    metrics, kept = validator(rollout, score)
+    samples.log_validation(step, kept)
+    return metrics
+
+
 def stop_for_health(checkpoints: Checkpointer, step: int, saved: bool, reason: str) -> None:
     """End the run on a stop_on breach, its step checkpointed."""
     if not saved:
@@ -159,7 +167,8 @@ def train(cfg: MegaRLConfig) -> None:
     scorer = RewardScorer.from_config(tokenizer, cfg.reward)
     kl = cfg.algorithm.kl_ctrl
     kl_controller = make_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
-    validate = Validator(data, cfg.rollout.val_kwargs.n, tokenizer) if data.val_files else None
+    validator = (Validator(data, cfg.rollout.val_kwargs.n, tokenizer, cfg.trainer.log_samples)
+                 if data.val_files else None)
     with scorer, start_workers(cfg) as cluster:  # the scorer's worker processes end with the run
         score = partial(cluster.once, scorer)  # each batch scored once: torchrun's ranks share rank 0's scores
         roles = spawn_roles(cluster, cfg, steps)
@@ -168,10 +177,12 @@ def train(cfg: MegaRLConfig) -> None:
         start = checkpoints.load(resume_from)
         rl_step = RLStep(roles, cfg, score, kl_controller, endless(ptx) if ptx else None)
         health = HealthMonitor(cfg.trainer.health, tell)
+        samples = SampleLog(cfg.trainer, cfg.reward, tokenizer, cluster.is_driver, start)
+        validate = partial(validation, validator, roles.rollout, score, samples) if validator else None
         with MetricsLogger(cfg, steps, cluster.is_driver, start_step=start) as logger:
             roles.rollout.sync_weights()  # after the load: the engine serves the restored actor
             if validate and cfg.trainer.val_before_train and start == 0:
-                logger.log(0, validate(roles.rollout, score))
+                logger.log(0, validate(0))
             batches = endless(loader)
             for step in range(start + 1, steps + 1):
                 metrics: dict[str, float] = {}
@@ -180,12 +191,13 @@ def train(cfg: MegaRLConfig) -> None:
                 metrics.update(step_metrics)
                 if validate and validates_at(step, steps, cfg.trainer.test_freq):
                     with timed(metrics, "testing"):
-                        metrics.update(validate(roles.rollout, score))
+                        metrics.update(validate(step))
                 metrics.update(stages.data_metrics(batch, data.max_response_length))
                 metrics.update(perf_metrics(batch, metrics, cfg.world_size, hf_config, cfg.actor.ppo_epochs,
                                             summarise(roles.actor.device_stats())))
                 metrics.update(health(step, metrics))
                 logger.log(step, metrics)
+                samples.log_step(step, batch, metrics)
                 saved = checkpoints.maybe_save(step, steps)
                 if health.stop_reason is not None:
                     stop_for_health(checkpoints, step, saved, health.stop_reason)

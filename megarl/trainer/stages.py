@@ -23,13 +23,15 @@ Score = Callable[..., RewardResult]  # a RewardScorer, or the loop's wrapper tha
 
 def score(batch: Batch, scorer: Score) -> tuple[Batch, dict[str, float]]:
     """`token_level_scores` [B, R]: each response's score on its last token; `acc` [B]: the reward function's
-    "acc" where it returns one (DAPO's scorers do), else its score."""
+    "acc" where it returns one (DAPO's scorers do), else its score; `pred`: the answer it read, where it returns
+    one (verl's convention; the sample logs show it)."""
     extra = list(batch["extra_info"]) if "extra_info" in batch else None
     truths = [reward_model["ground_truth"] for reward_model in batch["reward_model"]]
     result = scorer(batch["responses"], batch["response_mask"], list(batch["data_source"]), truths, extra)
     accuracy = result.extra_info.get("acc", [None] * len(batch))
     acc = torch.tensor([float(a) if a is not None else float(s) for a, s in zip(accuracy, result.scores.tolist())])
-    return Batch({"token_level_scores": result.token_level_scores, "acc": acc}), result.metrics
+    preds = {"pred": result.extra_info["pred"]} if "pred" in result.extra_info else {}
+    return Batch({"token_level_scores": result.token_level_scores, "acc": acc}, preds), result.metrics
 
 
 def shape_overlong(scored: Batch, response_mask: torch.Tensor, buffer: OverlongBufferConfig,

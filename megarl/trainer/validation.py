@@ -10,21 +10,26 @@ from megarl.config.schema import DataConfig
 from megarl.data.dataset import PromptLoader, RLDataset
 from megarl.rollout.batch import prompt_batch
 from megarl.trainer.stages import Score, score
+from parallel.batch import Batch
 
 VAL_UID_OFFSET = 10**12  # validation uids never collide with a training step's
 
 
 class Validator:
-    def __init__(self, data: DataConfig, n: int, tokenizer):
-        """`n`: responses per prompt (rollout.val_kwargs.n), the @n of the metric names."""
+    def __init__(self, data: DataConfig, n: int, tokenizer, kept_samples: int = 0):
+        """`n`: responses per prompt (rollout.val_kwargs.n), the @n of the metric names; `kept_samples`: how many
+        of the pass's first samples it returns, generated and scored (-1: all), for the sample logs."""
         dataset = RLDataset.from_config(data.val_files, tokenizer, data)
         self.loader = PromptLoader(dataset, data.val_batch_size or len(dataset), shuffle=False, drop_last=False)
-        self.n = n
+        self.n, self.kept_samples = n, kept_samples
 
-    def __call__(self, rollout, scorer: Score) -> dict[str, float]:
-        """One pass over the validation set, graded by `scorer`; the engines must hold the current weights."""
+    def __call__(self, rollout, scorer: Score) -> tuple[dict[str, float], list[Batch]]:
+        """One pass over the validation set, graded by `scorer`; the engines must hold the current weights.
+        Returns the `val-core/*` metrics and the first samples (in the pass's batches, whose widths differ)."""
         scores: dict[str, list[float]] = defaultdict(list)
         lengths: list[float] = []
+        kept: list[Batch] = []
+        wanted = self.kept_samples if self.kept_samples >= 0 else float("inf")
         for index, items in zip(range(len(self.loader)), self.loader):
             batch = rollout.generate(prompt_batch(items, first_uid=VAL_UID_OFFSET + index * self.loader.batch_size),
                                      validate=True)
@@ -32,6 +37,9 @@ class Validator:
             for source, value in zip(batch["data_source"], scored["token_level_scores"].sum(-1).tolist()):
                 scores[source].append(value)
             lengths += batch["response_mask"].sum(-1).tolist()
+            missing = wanted - sum(len(b) for b in kept)
+            if missing > 0:
+                kept.append(batch.union(scored).select(indices=list(range(min(missing, len(batch))))))
         metrics = {f"val-core/{source}/reward/mean@{self.n}": sum(v) / len(v) for source, v in scores.items()}
         metrics["val-aux/response_length/mean"] = sum(lengths) / len(lengths)
-        return metrics
+        return metrics, kept

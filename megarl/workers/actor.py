@@ -28,11 +28,16 @@ class ActorWorker(TrainedWorker):
 
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
     def compute_log_prob(self, batch: Batch) -> Batch:
-        """`old_log_probs` [B, R] of the responses under the current policy, at the rollout temperature."""
+        """`old_log_probs` [B, R] of the responses under the current policy, at the rollout temperature (and the
+        next-token distribution's `entropys` [B, R] with `log_prob_entropy`)."""
         seqs = sequences(batch)
         groups = self.inputs.log_prob.split([len(s) for s in seqs])
-        logprobs = self.model.logprobs(seqs, groups, temperature=self.inputs.temperature)["logprobs"]
-        return Batch({"old_log_probs": response_values(batch, logprobs)})
+        entropy = self.inputs.log_prob_entropy
+        computed = self.model.logprobs(seqs, groups, temperature=self.inputs.temperature, with_entropy=entropy)
+        columns = {"old_log_probs": response_values(batch, computed["logprobs"])}
+        if entropy:
+            columns["entropys"] = response_values(batch, computed["entropy"])
+        return Batch(columns)
 
     @worker_method(collect=Collect.ALL)
     def device_stats(self) -> dict:

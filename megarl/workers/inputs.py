@@ -66,6 +66,7 @@ class ActorInputs:
     log_prob: MicroBatching
     update: UpdateSchedule
     loss: PolicyLoss
+    log_prob_entropy: bool = False  # the log-prob pass also returns per-token `entropys` (for the sample logs)
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,8 @@ def actor_inputs(cfg: MegaRLConfig, total_steps: int) -> ActorInputs:
         logprob_temperature(cfg.rollout),
         MicroBatching(actor.use_dynamic_bsz, actor.log_prob_micro_batch_size_per_gpu,
                       actor.log_prob_max_token_len_per_gpu),
-        _update_schedule(actor, cfg.rollout.n, cfg.data.max_response_length), PolicyLoss.of(actor))
+        _update_schedule(actor, cfg.rollout.n, cfg.data.max_response_length), PolicyLoss.of(actor),
+        cfg.trainer.samples_logged)
 
 
 def critic_inputs(cfg: MegaRLConfig, total_steps: int) -> CriticInputs:

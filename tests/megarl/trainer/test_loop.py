@@ -2,13 +2,16 @@
 rollout engines; GRPO with a KL loss under torchrun (TP=2) and PPO with a critic under Ray run their steps and
 write every step's metrics to metrics.jsonl, memory peaks included."""
 
+import html
+import json
+import re
 import sys
 
 import pytest
 
 from megarl.trainer.perf import memory_metrics
 from parallel.topology import free_port
-from tests.helpers import overrides, read_metrics, run_command
+from tests.helpers import CHROMIUM, chromium, overrides, read_metrics, run_command
 
 COMMON = {"actor/pg_loss", "actor/entropy", "actor/ppo_kl", "actor/pg_clipfrac", "actor/grad_norm", "actor/lr",
           "critic/score/mean", "critic/rewards/mean", "critic/advantages/mean", "critic/returns/mean",
@@ -62,16 +65,59 @@ def test_grpo_with_kl_loss_under_torchrun(setup, tmp_path):
     assert steps[0]["rollout_corr/rollout_rs_masked_fraction"] == 0
     assert_cpu_memory_logged(steps)
     assert "step 2/2" in proc.stdout
+    # Rank 0 alone writes the sample logs; with a reference, its log-probs are in each record.
+    records = read_samples(out / "samples" / "train" / "2.jsonl")
+    assert len(records) == 4 and all(len(r["ref_log_prob"]) == r["response_length"] for r in records)
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
     assert list((out / "wandb").glob("offline-run-*"))
 
 
+def read_samples(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
 def test_ppo_with_a_critic_under_ray(setup, tmp_path):
     out = tmp_path / "run"
-    proc = run_command([sys.executable, "-m", "megarl.train", *overrides(setup, out)], timeout=480)
+    proc = run_command([sys.executable, "-m", "megarl.train",
+                        *overrides(setup, out, f"data.val_files=[{setup / 'train.parquet'}]", "trainer.log_samples=3")],
+                       timeout=480)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-5000:]
     steps = read_metrics(out)
-    assert [s["step"] for s in steps] == [1, 2]
+    assert [s["step"] for s in steps] == [0, 1, 2]
+    steps = steps[1:]
+    # The sample logs: 3 of each step's 4 samples with the PPO iteration's per-token columns, and the step's
+    # metrics; the first 3 validation samples at each validation.
+    for step in (1, 2):
+        records = read_samples(out / "samples" / "train" / f"{step}.jsonl")
+        assert [r["index"] for r in records] == [0, 1, 2] and {r["step"] for r in records} == {step}
+        for record in records:
+            assert record["gts"] in ("3", "7", "4", "6") and record["data_source"] == "openai/gsm8k"
+            assert "What is" in record["input"] and len(record["tokens"]) == record["response_length"]
+            for key in ("rollout_log_probs", "old_log_probs", "values", "advantages", "returns", "entropy"):
+                assert len(record[key]) == record["response_length"], key
+            assert all(e >= 0 for e in record["entropy"])
+        logged = json.loads((out / "samples" / "train" / f"{step}.metrics.json").read_text())
+        assert logged["critic/vf_loss"] == steps[step - 1]["critic/vf_loss"]
+    for step in (0, 2):
+        validation = read_samples(out / "samples" / "val" / f"{step}.jsonl")
+        assert [r["index"] for r in validation] == [0, 1, 2] and validation[0]["gts"] == "3"
     assert COMMON | {"critic/vf_loss", "critic/vf_clipfrac", "critic/values/mean", "timing_s/values",
                      "timing_s/update_critic"} <= steps[0].keys()
     assert_cpu_memory_logged(steps)
+    assert_the_viewer_shows(out, read_samples(out / "samples" / "train" / "2.jsonl")[1], tmp_path)
+
+
+def assert_the_viewer_shows(out, record, tmp_path):
+    """`megarl view` on the run's output, loaded in headless Chromium (where Debian's is installed, as in CI):
+    plotly's curves and the chosen sample's stages render."""
+    page = tmp_path / "view.html"
+    assert run_command([sys.executable, "-m", "megarl.cli", "view", str(out), "--out", str(page)],
+                       timeout=120).returncode == 0
+    if CHROMIUM is None:
+        return
+    dom = chromium(tmp_path, page.as_uri() + "#step=2&sample=1", "--dump-dom").stdout
+    assert dom.count('class="main-svg"') >= 5
+    response = dom[dom.index('id="stage-response"'):dom.index('id="stage-reward"')]
+    assert html.escape(record["output"][:3], quote=False) in response
+    strip = re.search(r'id="strip-values">(.*?)</div>', dom).group(1)
+    assert strip.count("<span title=") == record["response_length"]
