@@ -3,15 +3,18 @@
 # the bundled arithmetic task, and its reward rises. Every step is an ordinary megarl command:
 #   megarl preprocess arithmetic → megarl init-model --shape tiny → megarl sft → megarl train
 #
-# Usage: bash launch/tiny_cpu.sh [grpo|ppo|dapo] [key=value ...]   (overrides go to the RL recipe)
+# rlhf is InstructGPT's pipeline: after SFT, the SFT model's sampled answers are ranked by rule
+# (megarl sample-rankings), a reward model is trained on the rankings (megarl rm), and PPO learns from it alone.
+#
+# Usage: bash launch/tiny_cpu.sh [grpo|ppo|dapo|rlhf] [key=value ...]   (overrides go to the RL recipe)
 #   LAUNCHER=torchrun bash launch/tiny_cpu.sh grpo           (default: Ray, started locally)
 #   NPROC=1 bash launch/tiny_cpu.sh grpo rollout.name=sglang (processes, or GPUs when CUDA is there; default 2)
-# Outputs go to outputs/tiny_cpu/: data/, init/ (random weights), sft/hf (the warm start), grpo/, ppo/ or dapo/
-# (metrics.jsonl, tensorboard/ ...). The data, init and SFT stages are skipped when their output exists.
+# Outputs go to outputs/tiny_cpu/: data/, init/ (random weights), sft/hf (the warm start), rm/hf (rlhf's reward
+# model), grpo/, ppo/, dapo/ or rlhf/ (metrics.jsonl, samples/ ...). Stages whose output exists are skipped.
 set -euo pipefail
 algorithm=${1:-grpo}
 shift || true
-case "$algorithm" in grpo|ppo|dapo) ;; *) echo "usage: $0 [grpo|ppo|dapo] [key=value ...]" >&2; exit 2 ;; esac
+case "$algorithm" in grpo|ppo|dapo|rlhf) ;; *) echo "usage: $0 [grpo|ppo|dapo|rlhf] [key=value ...]" >&2; exit 2 ;; esac
 out=outputs/tiny_cpu
 export RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled}
 
@@ -28,4 +31,11 @@ run() {  # megarl under the chosen launcher, on $nproc processes
 [ -f "$out/data/train.parquet" ] || python -m megarl.cli preprocess arithmetic --output-dir "$out/data"
 [ -f "$out/init/config.json" ] || python -m megarl.cli init-model --shape tiny --out "$out/init"
 [ -f "$out/sft/hf/config.json" ] || run sft --recipe recipes/tiny_cpu_sft.yaml
+if [ "$algorithm" = rlhf ]; then
+  for split in train test; do
+    [ -f "$out/data/rankings_$split.parquet" ] || python -m megarl.cli sample-rankings --model "$out/sft/hf" \
+      --data "$out/data/$split.parquet" --out "$out/data/rankings_$split.parquet" --samples 64 --per-prompt 4
+  done
+  [ -f "$out/rm/hf/config.json" ] || run rm --recipe recipes/tiny_cpu_rm.yaml
+fi
 run train --recipe "recipes/tiny_cpu_$algorithm.yaml" "$@"

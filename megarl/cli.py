@@ -1,4 +1,4 @@
-"""The `megarl` command: train, sft, preprocess, check-model, export."""
+"""The `megarl` command: train, sft, rm, preprocess, check-model, export."""
 
 from __future__ import annotations
 
@@ -50,7 +50,9 @@ def preprocess_main(argv: Sequence[str]) -> int:
 COMMANDS = {
     "train": ("megarl.train", "run an RL recipe (PPO, GRPO, ...)"),
     "sft": ("megarl.sft", "supervised fine-tuning: a HF checkpoint to start RL from"),
+    "rm": ("megarl.rm", "train a reward model on ranked responses (InstructGPT stage 2)"),
     "preprocess": ("megarl.cli", "convert GSM8K, MATH or custom data into RL parquet"),
+    "sample-rankings": ("megarl.data.rankings", "reward-model rankings from a policy's samples, graded by rule"),
     "check-model": ("megarl.models.check", "load a HF checkpoint in a parallel layout and compare with HF"),
     "export": ("megarl.models.export", "turn a megarl model checkpoint into a HF checkpoint"),
     "init-model": ("megarl.models.init_model", "write a random-weight HF checkpoint of a recipe's model shape"),

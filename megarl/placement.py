@@ -1,5 +1,5 @@
-"""Which GPUs each role runs on, from the recipe: the actor, its rollout engine and the reference share the
-main pool (`trainer.nnodes` × `trainer.n_gpus_per_node`, one process per GPU hosting all three); the critic
+"""Which GPUs each role runs on, from the recipe: the actor, its rollout engine, the reference and the reward model
+share the main pool (`trainer.nnodes` × `trainer.n_gpus_per_node`, one process per GPU hosting all three); the critic
 shares those processes too, or gets its own pool with `critic.enable_resource_pool`."""
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ def role_pools(cfg: MegaRLConfig) -> dict[str, str]:
     roles = {"actor": MAIN_POOL, "rollout": MAIN_POOL}
     if cfg.use_reference:
         roles["reference"] = MAIN_POOL
+    if cfg.reward.model.path:
+        roles["reward_model"] = MAIN_POOL
     if cfg.use_critic:
         roles["critic"] = CRITIC_POOL if cfg.critic.enable_resource_pool else MAIN_POOL
     return roles

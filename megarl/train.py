@@ -26,13 +26,31 @@ def check_runnable(cfg: MegaRLConfig, gpu_gib: float | None = None) -> None:
     models = [("model.path", cfg.model.path)]
     if cfg.use_critic and cfg.critic.model.path != cfg.model.path:
         models.append(("critic.model.path", cfg.critic.model.path))
+    if cfg.reward.model.path:
+        models.append(("reward.model.path", cfg.reward.model.path))
     check_inputs_exist(models, cfg.data.train_files, cfg.data.val_files,
                        partial(check_rl_columns, prompt_key=cfg.data.prompt_key))
+    if cfg.reward.model.path:
+        check_same_tokenizer(cfg.model.path, cfg.reward.model.path)
     try:
         load_reward_function(cfg.reward.function)
     except RewardFunctionSpecError as e:
         raise ConfigError(str(e)) from e
     check_memory(cfg, gpu_gib if gpu_gib is not None else gpu_memory_gib())
+
+
+def check_same_tokenizer(policy_path: str, reward_model_path: str) -> None:
+    """The reward model reads the policy's token ids, so both must tokenize alike."""
+    from transformers import AutoTokenizer
+
+    try:
+        policy, judge = AutoTokenizer.from_pretrained(policy_path), AutoTokenizer.from_pretrained(reward_model_path)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"reward.model.path={reward_model_path}: its tokenizer does not load ({e})") from e
+    if policy.get_vocab() != judge.get_vocab():
+        raise ConfigError(f"reward.model.path={reward_model_path} has another tokenizer than model.path="
+                          f"{policy_path}: the reward model scores the policy's token ids, so train it from the "
+                          "policy's tokenizer (`megarl rm` from the SFT model does)")
 
 
 def run(cfg: MegaRLConfig) -> None:

@@ -43,6 +43,20 @@ def make_chat_model(out_dir: Path, seed: int = 0) -> Path:
     return out_dir
 
 
+def make_reward_model(out_dir: Path, seed: int = 1) -> Path:
+    """`make_chat_model`'s trunk as a HF sequence-classification checkpoint with one label and a random
+    `score.weight`: a reward model as `megarl rm` writes one."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    policy = make_chat_model(out_dir.with_name(out_dir.name + "-policy"), seed)
+    torch.manual_seed(seed)
+    model = AutoModelForSequenceClassification.from_pretrained(policy, num_labels=1)
+    model.save_pretrained(out_dir)
+    make_tokenizer(out_dir)
+    return out_dir
+
+
 def make_model(family: str, path: Path) -> Path:
     """A 2-layer model of `family` (qwen2, qwen3 or llama) with random weights and a 128-token vocabulary."""
     import torch

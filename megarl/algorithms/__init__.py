@@ -1,4 +1,4 @@
-"""RL algorithms as pure torch functions: advantages, KL, losses, loss aggregation.
+"""RL algorithms as pure torch functions: advantages, KL, losses, loss aggregation, the reward model's ranking loss.
 
 Names and semantics follow verl's core_algos so ported code reads the same; recipes name estimators,
 policy losses and KL estimators through the registries here.
@@ -34,6 +34,7 @@ from megarl.algorithms.losses import (
     token_weights,
 )
 from megarl.algorithms.masked import masked_mean, masked_sum, masked_var, masked_whiten
+from megarl.algorithms.ranking import RankingTerms, ranking_loss, ranking_terms
 
 __all__ = [
     "ADV_ESTIMATORS",
@@ -42,6 +43,7 @@ __all__ = [
     "POLICY_LOSSES",
     "AdaptiveKLController",
     "FixedKLController",
+    "RankingTerms",
     "agg_loss",
     "apply_kl_penalty",
     "compute_advantage",
@@ -60,6 +62,8 @@ __all__ = [
     "masked_sum",
     "masked_var",
     "masked_whiten",
+    "ranking_loss",
+    "ranking_terms",
     "register_adv_est",
     "register_policy_loss",
     "token_weights",

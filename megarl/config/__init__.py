@@ -1,5 +1,6 @@
-"""Typed recipe config: schema (defaults), loading with dotted overrides, validation; RL recipes (`megarl train`)
-and SFT recipes (`megarl sft`, loaded with `schema=SFT_RECIPE`)."""
+"""Typed recipe config: schema (defaults), loading with dotted overrides, validation; RL recipes (`megarl train`),
+SFT recipes (`megarl sft`, loaded with `schema=SFT_RECIPE`) and reward-model recipes (`megarl rm`,
+`schema=RM_RECIPE`)."""
 
 from megarl.config.loader import RL_RECIPE, ConfigError, RecipeSchema, describe_keys, load_config, save_config, to_yaml
 from megarl.config.schema import (
@@ -20,6 +21,8 @@ from megarl.config.schema import (
 )
 from megarl.config.sft_schema import SFTActorConfig, SFTConfig, SFTDataConfig, SFTTrainerConfig
 from megarl.config.sft_validate import SFT_RECIPE, validate_sft_config
+from megarl.config.rm_schema import RMConfig, RMDataConfig, RMTrainerConfig
+from megarl.config.rm_validate import RM_RECIPE, validate_rm_config
 from megarl.config.on_disk import check_inputs_exist
 from megarl.config.validate import read_hf_config, validate_config
 
@@ -35,6 +38,10 @@ __all__ = [
     "ModelConfig",
     "OptimConfig",
     "RL_RECIPE",
+    "RMConfig",
+    "RMDataConfig",
+    "RMTrainerConfig",
+    "RM_RECIPE",
     "RecipeSchema",
     "RefConfig",
     "RewardConfig",
@@ -53,5 +60,6 @@ __all__ = [
     "save_config",
     "to_yaml",
     "validate_config",
+    "validate_rm_config",
     "validate_sft_config",
 ]

@@ -1,7 +1,8 @@
 """Load a recipe: YAML file, then dotted `key.sub=value` overrides, onto a schema; validate; write it out.
 
-A `RecipeSchema` names the schema of one command: RL recipes (`RL_RECIPE`, `megarl train`, the default) or SFT
-recipes (`megarl.config.sft_validate.SFT_RECIPE`, `megarl sft`). Every problem becomes a ConfigError naming the
+A `RecipeSchema` names the schema of one command: RL recipes (`RL_RECIPE`, `megarl train`, the default), SFT
+recipes (`megarl.config.sft_validate.SFT_RECIPE`, `megarl sft`) or reward-model recipes
+(`megarl.config.rm_validate.RM_RECIPE`, `megarl rm`). Every problem becomes a ConfigError naming the
 key and what to do, with close-match suggestions for typos and the megarl spelling of verl keys.
 """
 

@@ -210,12 +210,30 @@ class OverlongBufferConfig:
 
 
 @dataclass(frozen=True)
+class RewardModelConfig:
+    """A reward model that scores each prompt + response at its last token: `megarl rm`'s hf/ output, or any HF
+    sequence-classification checkpoint with a `score.weight` of one label. It runs in the actor's processes, on the
+    actor's megatron mesh, its weights in host memory between its passes (as the reference's)."""
+
+    path: Optional[str] = None  # None: no reward model
+    weight: float = 1.0  # each response's score is rule_weight × rule score + weight × this model's score
+    megatron: MegatronConfig = field(default_factory=MegatronConfig)
+    use_dynamic_bsz: bool = II("actor.use_dynamic_bsz")
+    micro_batch_size_per_gpu: int = II("actor.log_prob_micro_batch_size_per_gpu")
+    max_token_len_per_gpu: int = II("actor.log_prob_max_token_len_per_gpu")
+
+
+@dataclass(frozen=True)
 class RewardConfig:
     function: Optional[str] = None  # path/to/file.py:function or package.module:function; None: rules by data_source
     kwargs: Dict[str, Any] = field(default_factory=dict)  # extra keyword arguments for the function
     timeout_s: float = 60.0  # a function call running longer scores 0 (reward/num_timeouts); its process is replaced
     workers: int = 8  # processes that run reward.function (rule rewards run in the driver: they cannot hang)
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
+    model: RewardModelConfig = field(default_factory=RewardModelConfig)
+    # The rule (or reward.function) score's weight; 0 with a reward model: the model alone rewards, the rules are
+    # still computed (reward/rule_score/mean, e.g. a rule-checked accuracy).
+    rule_weight: float = 1.0
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ def validate_config(cfg: MegaRLConfig) -> None:
     _check_meshes(cfg, problems)
     _check_algorithm(cfg, problems)
     _check_dapo(cfg, problems)
+    _check_reward_weights(cfg, problems)
     _check_against_model(cfg, problems)
     if problems:
         raise ConfigError(problems)
@@ -213,14 +214,12 @@ def _check_meshes(cfg: MegaRLConfig, problems: list[str]) -> None:
                 f"{world} GPUs ({pool}.nnodes × {pool}.n_gpus_per_node)"
             )
     if cfg.use_critic and not cfg.critic.enable_resource_pool:
-        mesh = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
-        differ = [n for n in mesh if getattr(cfg.critic.megatron, n) != getattr(cfg.actor.megatron, n)]
-        if differ:
-            problems.append(
-                "a critic colocated with the actor shares its processes and so its megatron mesh: set "
-                + ", ".join(f"critic.megatron.{n}={getattr(cfg.actor.megatron, n)}" for n in differ)
-                + ", or give the critic its own GPUs with critic.enable_resource_pool=true (Ray launcher)"
-            )
+        _check_colocated_mesh(problems, "critic", cfg.critic.megatron, cfg.actor.megatron,
+                              "a critic colocated with the actor shares its processes",
+                              ", or give the critic its own GPUs with critic.enable_resource_pool=true (Ray launcher)")
+    if cfg.reward.model.path:
+        _check_colocated_mesh(problems, "reward.model", cfg.reward.model.megatron, cfg.actor.megatron,
+                              "the reward model runs in the actor's processes")
     if cfg.use_critic and cfg.critic.enable_resource_pool and cfg.trainer.launcher == "torchrun":
         problems.append(
             "critic.enable_resource_pool=true needs trainer.launcher=ray (under torchrun every role shares the "
@@ -237,6 +236,24 @@ def _check_meshes(cfg: MegaRLConfig, problems: list[str]) -> None:
             f"rollout.tensor_model_parallel_size={rollout_tp} must divide trainer.n_gpus_per_node="
             f"{cfg.trainer.n_gpus_per_node} (an engine's GPUs are on one node)"
         )
+
+
+def _check_colocated_mesh(problems: list[str], role: str, megatron: MegatronConfig, actor: MegatronConfig,
+                          why: str, alternative: str = "") -> None:
+    mesh = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
+    differ = [n for n in mesh if getattr(megatron, n) != getattr(actor, n)]
+    if differ:
+        problems.append(f"{why} and so its megatron mesh: set "
+                        + ", ".join(f"{role}.megatron.{n}={getattr(actor, n)}" for n in differ) + alternative)
+
+
+def _check_reward_weights(cfg: MegaRLConfig, problems: list[str]) -> None:
+    reward = cfg.reward
+    if reward.rule_weight < 0:
+        problems.append(f"reward.rule_weight={reward.rule_weight} must be ≥ 0")
+    elif reward.rule_weight == 0 and not reward.model.path:
+        problems.append("reward.rule_weight=0 leaves no reward without a reward model: set reward.model.path, or "
+                        "reward.rule_weight > 0")
 
 
 def _check_algorithm(cfg: MegaRLConfig, problems: list[str]) -> None:

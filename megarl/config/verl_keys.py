@@ -33,6 +33,11 @@ VERL_RENAMES = {
     "reward_model.overlong_buffer.enable": "reward.overlong_buffer.enable",
     "reward_model.overlong_buffer.len": "reward.overlong_buffer.len",
     "reward_model.overlong_buffer.penalty_factor": "reward.overlong_buffer.penalty_factor",
+    "reward_model.enable": "reward.model.path",
+    "reward_model.model.path": "reward.model.path",
+    "reward_model.micro_batch_size_per_gpu": "reward.model.micro_batch_size_per_gpu",
+    "reward_model.use_dynamic_bsz": "reward.model.use_dynamic_bsz",
+    "reward_model.forward_max_token_len_per_gpu": "reward.model.max_token_len_per_gpu",
     "trainer.default_local_dir": "trainer.output_dir",
     "data.seed": "trainer.seed",
     "actor_rollout_ref.nccl_timeout": "trainer.collective_timeout_s",
@@ -43,6 +48,7 @@ VERL_RENAMES = {
 # What the renamed value means, where it is not the same value under a new name.
 VERL_NOTES = {
     "custom_reward_function.path": "write path/to/file.py:function_name",
+    "reward_model.enable": "the reward model's HF checkpoint directory turns it on (no path: off)",
     "custom_reward_function.name": "write path/to/file.py:function_name",
     "actor_rollout_ref.model.enable_gradient_checkpointing": "set it to full",
     "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": "a step count: ratio × total training steps",

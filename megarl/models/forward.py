@@ -1,5 +1,6 @@
 """Forward-only passes over packed micro-batches through megatron's pipeline schedules: per-token
-log-probs and entropy (actor, reference) and values (critic), returned per sample on every rank."""
+log-probs and entropy (actor, reference), values (critic) and sequence scores (reward model), returned per sample
+on every rank."""
 
 from __future__ import annotations
 
@@ -79,6 +80,15 @@ def _share(batch: PackedBatch, local: dict[str, torch.Tensor] | None) -> dict[st
         dist.broadcast(flat, src=parallel_state.get_pipeline_model_parallel_last_rank(),
                        group=parallel_state.get_pipeline_model_parallel_group())
     return {key: batch.unpack(flat[row : row + 1]) for row, key in enumerate(keys)}
+
+
+def compute_sequence_scores(model, sequences: Sequence, micro_batches: Sequence[Sequence[int]],
+                            device=None) -> torch.Tensor:
+    """[N]: the value head's output at each sample's last token, which has read the whole sequence (a reward
+    model's score)."""
+    results = run_forward(model, pack_micro_batches(sequences, micro_batches, device),
+                          lambda values, batch: {"values": values.squeeze(-1)})
+    return torch.stack([v[-1] for v in _merge(results, micro_batches, len(sequences))["values"]])
 
 
 def _merge(per_batch: list[dict[str, list[torch.Tensor]]], micro_batches: Sequence[Sequence[int]], count: int):

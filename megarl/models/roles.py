@@ -24,7 +24,7 @@ from megarl.models.bridge import (
     make_bridge,
     read_hf_tensors,
 )
-from megarl.models.forward import compute_logprobs, compute_values
+from megarl.models.forward import compute_logprobs, compute_sequence_scores, compute_values
 from megarl.models.training import build_optimizer, train_step
 from parallel.offload import FrozenState, Residency, TrainedState
 
@@ -54,6 +54,10 @@ class RoleModel:
     def values(self, sequences, micro_batches):
         with self.weights_in_use():
             return compute_values(self.chunks, sequences, micro_batches, device=self.device)
+
+    def sequence_scores(self, sequences, micro_batches) -> torch.Tensor:
+        with self.weights_in_use():
+            return compute_sequence_scores(self.chunks, sequences, micro_batches, device=self.device)
 
     def train_step(self, batches, loss_fn) -> dict[str, float]:
         if self.optimizer is None:
@@ -137,6 +141,25 @@ def build_frozen(hf_path, megatron: MegatronConfig, bf16: bool = False, value_he
     """An untrained model skeleton of the checkpoint's architecture, for loading a megarl checkpoint into."""
     bridge, model = _build(hf_path, megatron, trainable=False, value_head=value_head, bf16=bf16, load_weights=False)
     return RoleModel("critic" if value_head else "actor", bridge, model, FrozenState(model, Residency()))
+
+
+def build_reward_model(hf_path, megatron: MegatronConfig, bf16: bool = False) -> RoleModel:
+    """A frozen value-head model with the checkpoint's `score.weight`, kept in host memory between its passes (as
+    the reference is)."""
+    head = read_hf_tensors(hf_path, [VALUE_HEAD_NAME]).get(VALUE_HEAD_NAME)
+    if head is None or head.shape[0] != 1:
+        raise ValueError(f"{hf_path} is not a reward model: it needs a {VALUE_HEAD_NAME} of one label (shape "
+                         f"[1, hidden]; `megarl rm` writes one), found {None if head is None else tuple(head.shape)}")
+    bridge, model = _build(hf_path, megatron, trainable=False, value_head=True, bf16=bf16)
+    for chunk in model:
+        chunk.requires_grad_(False)
+        layer = getattr(unwrap_model(chunk), "output_layer", None)
+        if layer is not None and getattr(unwrap_model(chunk), "post_process", False):
+            with torch.no_grad():
+                layer.weight.copy_(head.to(layer.weight.dtype))
+    reward_model = RoleModel("reward_model", bridge, model, FrozenState(model, Residency(params=True)))
+    reward_model.state.settle()
+    return reward_model
 
 
 def build_reference(hf_path, megatron: MegatronConfig, bf16: bool = False) -> RoleModel:

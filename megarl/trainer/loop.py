@@ -37,6 +37,7 @@ from megarl.workers.actor import ActorWorker
 from megarl.workers.critic import CriticWorker
 from megarl.workers.inputs import role_inputs
 from megarl.workers.reference import ReferenceWorker
+from megarl.workers.reward_model import RewardModelWorker
 from megarl.workers.rollout import RolloutWorker
 from parallel.batch import Batch
 
@@ -56,13 +57,14 @@ def timed(metrics: dict, name: str, windows: dict | None = None):
 
 @dataclass
 class Roles:
-    """The driver's handles on the recipe's roles (controller worker groups); the critic and the reference are
-    None when the recipe runs without them."""
+    """The driver's handles on the recipe's roles (controller worker groups); the critic, the reference and the
+    reward model are None when the recipe runs without them."""
 
     actor: Any
     rollout: Any
     critic: Optional[Any] = None
     reference: Optional[Any] = None
+    reward_model: Optional[Any] = None
 
 
 def spawn_roles(cluster, cfg: MegaRLConfig, steps: int) -> Roles:
@@ -75,7 +77,8 @@ def spawn_roles(cluster, cfg: MegaRLConfig, steps: int) -> Roles:
     actor = spawn("actor", ActorWorker, inputs.actor)
     reference = spawn("reference", ReferenceWorker, inputs.reference)
     critic = spawn("critic", CriticWorker, inputs.critic)
-    return Roles(actor, spawn("rollout", RolloutWorker, inputs.rollout), critic, reference)
+    reward_model = spawn("reward_model", RewardModelWorker, inputs.reward_model)
+    return Roles(actor, spawn("rollout", RolloutWorker, inputs.rollout), critic, reference, reward_model)
 
 
 class RLStep:
@@ -84,7 +87,7 @@ class RLStep:
     def __init__(self, roles: Roles, cfg: MegaRLConfig, score: Score, kl_controller,
                  pretraining: Iterator[dict] | None = None):
         self.roles, self.kl_controller, self.pretraining = roles, kl_controller, pretraining
-        self.sample = StepSampler(roles.rollout, cfg, score)
+        self.sample = StepSampler(roles.rollout, cfg, score, roles.reward_model)
         self.algorithm = cfg.algorithm
         self.max_logprob_mult_error = cfg.rollout.max_logprob_mult_error
         self.critic_warmup = cfg.trainer.critic_warmup

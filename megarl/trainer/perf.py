@@ -51,8 +51,9 @@ def summarise(per_rank: list[dict]) -> dict:
 
 
 # The step's phases on the GPUs whose memory peak is reported: timing name → name in `memory/{name}/peak_gb`.
-MEMORY_PHASES = {"gen": "gen", "gen_max": "gen_max", "old_log_prob": "old_log_prob", "ref": "ref", "values": "values",
-                 "update_critic": "update_critic", "update_actor": "update_actor", "update_weights": "sync"}
+MEMORY_PHASES = {"gen": "gen", "gen_max": "gen_max", "reward_model": "reward_model", "old_log_prob": "old_log_prob",
+                 "ref": "ref", "values": "values", "update_critic": "update_critic", "update_actor": "update_actor",
+                 "update_weights": "sync"}
 
 
 def memory_metrics(per_rank: list[dict]) -> dict[str, float]:

@@ -30,6 +30,8 @@ from parallel.batch import Batch
 TOKEN_COLUMNS = {"rollout_log_probs": "rollout_log_probs", "old_log_probs": "old_log_probs",
                  "ref_log_prob": "ref_log_prob", "values": "values", "advantages": "advantages",
                  "returns": "returns", "entropys": "entropy"}
+# Per-sample columns of some steps: the reward model's and the rules' scores apart, DAPO's overlong penalty.
+SCALAR_COLUMNS = {"rm_scores": "rm_score", "rule_scores": "rule_score", "overlong_penalty": "overlong_penalty"}
 STEP_FILE = re.compile(r"^(\d+)(\.jsonl|\.metrics\.json)$")
 # Per-token values keep float32's precision (7 significant digits), not float64's noise: small differences between
 # log-probs (the trainer/rollout ratio) must survive.
@@ -82,8 +84,9 @@ def sample_records(batch: Batch, rows: list[int], tokenizer, find_answer: FindAn
                   "response_length": lengths[row], "tokens": tokenizer.batch_decode([[i] for i in ids])}
         if rewards is not None:
             record["reward"] = rewards[row]
-        if "overlong_penalty" in batch:
-            record["overlong_penalty"] = float(batch["overlong_penalty"][row])
+        for column, key in SCALAR_COLUMNS.items():
+            if column in batch:
+                record[key] = float(batch[column][row])
         for column, key in TOKEN_COLUMNS.items():
             if column in batch:
                 record[key] = [float(SIGNIFICANT.format(v)) for v in batch[column][row, : lengths[row]].tolist()]

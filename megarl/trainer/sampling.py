@@ -27,8 +27,9 @@ ROUND_SEED_STRIDE = 1_000_003  # a later round's sampling seed, far from every s
 class StepSampler:
     """Generates and scores a step's prompts through the rollout role; `phase(name)` times each part."""
 
-    def __init__(self, rollout, cfg: MegaRLConfig, score: Score):
-        self.rollout, self.score = rollout, score
+    def __init__(self, rollout, cfg: MegaRLConfig, score: Score, reward_model=None):
+        """`reward_model`: the reward-model role, whose scores join the rules' (`reward.model`)."""
+        self.rollout, self.score, self.reward_model, self.reward = rollout, score, reward_model, cfg.reward
         self.seed, self.n = cfg.trainer.seed, cfg.rollout.n
         self.train_batch_size, self.gen_batch_size = cfg.data.train_batch_size, cfg.data.generation_batch_size
         self.remax = cfg.algorithm.adv_estimator == "remax"
@@ -63,9 +64,15 @@ class StepSampler:
             with phase("gen_max"):
                 batch = batch.union(stages.remax_baseline(self.rollout, prompts, self.score, self.n))
         with phase("reward"):
-            scored, metrics = stages.score(batch, self.score)
-            if self.overlong.enable:
-                scored = stages.shape_overlong(scored, batch["response_mask"], self.overlong, self.max_response_length)
+            scored, metrics = stages.score(batch, self.score, with_truth_only=self.reward_model is not None)
+        if self.reward_model is not None:
+            # Beside the engine, still resident: dynamic sampling may generate another round, and a released engine
+            # would need the actor's weights again.
+            with phase("reward_model"):
+                model_scores = self.reward_model.compute_rm_score(batch)["rm_scores"]
+            scored = stages.add_model_scores(scored, model_scores, batch["response_mask"], self.reward)
+        if self.overlong.enable:
+            scored = stages.shape_overlong(scored, batch["response_mask"], self.overlong, self.max_response_length)
         return batch.union(scored), metrics
 
     def _signal(self, batch: Batch) -> list[str]:

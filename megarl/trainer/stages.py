@@ -12,7 +12,7 @@ import torch
 from megarl.algorithms import apply_kl_penalty, compute_advantage, masked_mean
 from megarl.algorithms.dapo import overlong_penalty
 from megarl.algorithms.rollout_correction import rollout_correction
-from megarl.config.schema import AlgorithmConfig, OverlongBufferConfig, RolloutCorrectionConfig
+from megarl.config.schema import AlgorithmConfig, OverlongBufferConfig, RewardConfig, RolloutCorrectionConfig
 from megarl.rewards.scorer import RewardResult
 from megarl.rollout.gates import check_logprob_agreement, logprob_agreement
 from parallel.batch import Batch
@@ -21,17 +21,45 @@ from parallel.batch import Batch
 Score = Callable[..., RewardResult]  # a RewardScorer, or the loop's wrapper that scores once for every rank
 
 
-def score(batch: Batch, scorer: Score) -> tuple[Batch, dict[str, float]]:
+def score(batch: Batch, scorer: Score, with_truth_only: bool = False) -> tuple[Batch, dict[str, float]]:
     """`token_level_scores` [B, R]: each response's score on its last token; `acc` [B]: the reward function's
     "acc" where it returns one (DAPO's scorers do), else its score; `pred`: the answer it read, where it returns
-    one (verl's convention; the sample logs show it)."""
+    one (verl's convention; the sample logs show it). `with_truth_only` (a reward model scores too): rows without
+    a ground truth are left unscored (0) instead of failing."""
+    truths = [reward_model.get("ground_truth") for reward_model in batch["reward_model"]]
+    rows = [i for i, truth in enumerate(truths) if not with_truth_only or truth not in (None, "")]
+    if len(rows) < len(batch):
+        return _score_rows(batch, scorer, rows)
     extra = list(batch["extra_info"]) if "extra_info" in batch else None
-    truths = [reward_model["ground_truth"] for reward_model in batch["reward_model"]]
     result = scorer(batch["responses"], batch["response_mask"], list(batch["data_source"]), truths, extra)
     accuracy = result.extra_info.get("acc", [None] * len(batch))
     acc = torch.tensor([float(a) if a is not None else float(s) for a, s in zip(accuracy, result.scores.tolist())])
     preds = {"pred": result.extra_info["pred"]} if "pred" in result.extra_info else {}
     return Batch({"token_level_scores": result.token_level_scores, "acc": acc}, preds), result.metrics
+
+
+def _score_rows(batch: Batch, scorer: Score, rows: list[int]) -> tuple[Batch, dict[str, float]]:
+    """`score` of the chosen rows, zeros (and no `pred`) elsewhere."""
+    scores, acc = torch.zeros_like(batch["response_mask"]), torch.zeros(len(batch))
+    if not rows:
+        return Batch({"token_level_scores": scores, "acc": acc}), {"reward/num_errors": 0.0}
+    part, metrics = score(batch.select(indices=rows), scorer)
+    index = torch.tensor(rows)
+    scores[index], acc[index] = part["token_level_scores"], part["acc"]
+    return Batch({"token_level_scores": scores, "acc": acc}), metrics
+
+
+def add_model_scores(scored: Batch, model_scores: torch.Tensor, response_mask: torch.Tensor,
+                     reward: RewardConfig) -> Batch:
+    """Each response's score becomes `reward.rule_weight` × its rule score + `reward.model.weight` × the reward
+    model's, on its last token; `rule_scores` and `rm_scores` [B] keep the two apart (their metrics)."""
+    lengths = response_mask.sum(-1).long()
+    rows = torch.nonzero(lengths > 0).squeeze(-1)
+    rule_scores = scored["token_level_scores"].sum(-1)
+    combined = scored["token_level_scores"] * reward.rule_weight
+    combined[rows, lengths[rows] - 1] += reward.model.weight * model_scores[rows].to(combined.dtype)
+    return Batch({**scored.tensors, "token_level_scores": combined, "rule_scores": rule_scores,
+                  "rm_scores": model_scores.float()}, scored.fields)
 
 
 def shape_overlong(scored: Batch, response_mask: torch.Tensor, buffer: OverlongBufferConfig,
@@ -116,6 +144,9 @@ def data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
     }
     if "values" in batch:
         metrics["critic/values/mean"] = masked_mean(batch["values"], mask).item()
+    if "rm_scores" in batch:
+        metrics["reward/model_score/mean"] = batch["rm_scores"].mean().item()
+        metrics["reward/rule_score/mean"] = batch["rule_scores"].mean().item()
     if "overlong_penalty" in batch:
         metrics["reward/overlong_penalty/mean"] = batch["overlong_penalty"].mean().item()
         metrics["reward/overlong_ratio"] = (batch["overlong_penalty"] < 0).float().mean().item()

@@ -192,8 +192,9 @@ function renderStages() {
       el("p", { class: "meta", text: `${fmt(sample.response_length)} tokens · finish: ${fmt(sample.finish_reason)}` })),
     stage("stage-reward", "3 · Reward", table("reward-table", [
       ["ground truth", sample.gts], ["extracted answer", sample.answer ? sample.answer.text : null],
-      ["score", sample.score], ["acc", sample.acc], ["reward (after KL)", sample.reward],
-      ["data source", sample.data_source], ["uid", sample.uid]])),
+      ["score", sample.score], ["acc", sample.acc],
+      ...(sample.rm_score == null ? [] : [["reward model's score", sample.rm_score], ["rule score", sample.rule_score]]),
+      ["reward (after KL)", sample.reward], ["data source", sample.data_source], ["uid", sample.uid]])),
     stage("stage-tokens", "4 · Per-token values (blue negative, red positive)",
       ...(sample.strips.length ? sample.strips.map((strip) => heatStrip(strip, sample.tokens))
         : [note("This sample has no per-token values.")])),

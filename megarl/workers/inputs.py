@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from megarl.config.schema import ActorConfig, CriticConfig, MegaRLConfig, MegatronConfig, OptimConfig, RolloutConfig
+from megarl.config.rm_schema import RMConfig
 from megarl.config.sft_schema import SFTConfig
 from megarl.models.packing import MicroBatching
 
@@ -87,6 +88,12 @@ class ReferenceInputs:
 
 
 @dataclass(frozen=True)
+class RewardModelInputs:
+    model: ModelSource
+    forward: MicroBatching
+
+
+@dataclass(frozen=True)
 class RolloutInputs:
     model_path: str
     train_tp: int  # the colocated actor's tensor-parallel size, which places the engines (parallel/engines.py)
@@ -103,6 +110,7 @@ class RoleInputs:
     rollout: RolloutInputs
     critic: Optional[CriticInputs]
     reference: Optional[ReferenceInputs]
+    reward_model: Optional[RewardModelInputs] = None
 
 
 def logprob_temperature(rollout: RolloutConfig) -> float:
@@ -153,6 +161,13 @@ def reference_inputs(cfg: MegaRLConfig) -> ReferenceInputs:
                       cfg.ref.log_prob_max_token_len_per_gpu))
 
 
+def reward_model_inputs(cfg: MegaRLConfig) -> RewardModelInputs:
+    model = cfg.reward.model
+    return RewardModelInputs(ModelSource(model.path, model.megatron, cfg.trainer.seed),
+                             MicroBatching(model.use_dynamic_bsz, model.micro_batch_size_per_gpu,
+                                           model.max_token_len_per_gpu))
+
+
 def rollout_inputs(cfg: MegaRLConfig) -> RolloutInputs:
     return RolloutInputs(cfg.model.path, cfg.actor.megatron.tensor_model_parallel_size, cfg.rollout,
                          cfg.data.max_response_length, cfg.trainer.seed)
@@ -162,7 +177,8 @@ def role_inputs(cfg: MegaRLConfig, total_steps: int) -> RoleInputs:
     """The inputs of the roles the recipe runs."""
     return RoleInputs(actor_inputs(cfg, total_steps), rollout_inputs(cfg),
                       critic_inputs(cfg, total_steps) if cfg.use_critic else None,
-                      reference_inputs(cfg) if cfg.use_reference else None)
+                      reference_inputs(cfg) if cfg.use_reference else None,
+                      reward_model_inputs(cfg) if cfg.reward.model.path else None)
 
 
 @dataclass(frozen=True)
@@ -180,3 +196,23 @@ def sft_inputs(cfg: SFTConfig, total_steps: int) -> SFTInputs:
     return SFTInputs(ModelSource(cfg.model.path, cfg.actor.megatron, cfg.trainer.seed), cfg.optim, total_steps,
                      MicroBatching(data.use_dynamic_bsz, data.micro_batch_size_per_gpu, data.max_token_len_per_gpu),
                      cfg.model.tokenizer_path, cfg.model.trust_remote_code)
+
+
+@dataclass(frozen=True)
+class RMInputs:
+    """The reward model's training (`megarl rm`)."""
+
+    model: ModelSource
+    optim: OptimConfig
+    total_steps: int
+    micro: MicroBatching  # over rankings: a micro-batch holds every response of each of its rankings
+    margin: float  # the ranking loss's margin (megarl.algorithms.ranking)
+    tokenizer_path: Optional[str]  # None: the model directory's tokenizer, saved beside the trained weights
+    trust_remote_code: bool
+
+
+def rm_inputs(cfg: RMConfig, total_steps: int) -> RMInputs:
+    data = cfg.data
+    return RMInputs(ModelSource(cfg.model.path, cfg.critic.megatron, cfg.trainer.seed), cfg.optim, total_steps,
+                    MicroBatching(data.use_dynamic_bsz, data.micro_batch_size_per_gpu, data.max_token_len_per_gpu),
+                    cfg.rm.margin, cfg.model.tokenizer_path, cfg.model.trust_remote_code)

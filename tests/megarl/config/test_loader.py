@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from megarl.config import SFT_RECIPE, ConfigError, MegaRLConfig, describe_keys, load_config, save_config
+from megarl.config import RM_RECIPE, SFT_RECIPE, ConfigError, MegaRLConfig, describe_keys, load_config, save_config
 from megarl.config.loader import RL_RECIPE
 from megarl.config.verl_keys import VERL_PREFIXES, VERL_RENAMES, translate_verl_key
 from tests.helpers import REPO_ROOT
@@ -152,5 +152,7 @@ def test_every_key_is_described():
 
 @pytest.mark.parametrize("recipe", sorted((REPO_ROOT / "recipes").glob("*.yaml")), ids=lambda p: p.name)
 def test_every_bundled_recipe_loads(recipe):
-    cfg = load_config(recipe, schema=SFT_RECIPE if "_sft" in recipe.stem else RL_RECIPE)  # SFT recipes say so
+    # SFT and reward-model recipes say so in their names
+    schema = SFT_RECIPE if "_sft" in recipe.stem else RM_RECIPE if "_rm" in recipe.stem else RL_RECIPE
+    cfg = load_config(recipe, schema=schema)
     assert cfg.data.train_files

@@ -56,6 +56,16 @@ def test_colocated_critic_shares_the_actors_mesh():
     assert "critic.megatron.tensor_model_parallel_size=2" in msg and "critic.enable_resource_pool=true" in msg
 
 
+def test_a_reward_model_shares_the_actors_mesh_and_some_reward_is_left():
+    msg = one_problem("reward.model.path=rm", "reward.model.megatron.context_parallel_size=2",
+                      "trainer.n_gpus_per_node=2")
+    assert msg == ("the reward model runs in the actor's processes and so its megatron mesh: set "
+                   "reward.model.megatron.context_parallel_size=1")
+    assert "leaves no reward without a reward model" in one_problem("reward.rule_weight=0")
+    assert "reward.rule_weight=-1.0 must be ≥ 0" in one_problem("reward.rule_weight=-1.0")
+    assert load_config(overrides=["reward.model.path=rm", "reward.rule_weight=0"]).reward.rule_weight == 0
+
+
 def test_critic_in_its_own_pool():
     own_pool = ["critic.enable_resource_pool=true", "critic.n_gpus_per_node=2",
                 "critic.megatron.tensor_model_parallel_size=2", "trainer.n_gpus_per_node=2"]

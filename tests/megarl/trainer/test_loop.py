@@ -11,7 +11,7 @@ import pytest
 
 from megarl.trainer.perf import memory_metrics
 from parallel.topology import free_port
-from tests.helpers import CHROMIUM, chromium, overrides, read_metrics, run_command
+from tests.helpers import CHROMIUM, chromium, make_reward_model, overrides, read_metrics, run_command
 
 COMMON = {"actor/pg_loss", "actor/entropy", "actor/ppo_kl", "actor/pg_clipfrac", "actor/grad_norm", "actor/lr",
           "critic/score/mean", "critic/rewards/mean", "critic/advantages/mean", "critic/returns/mean",
@@ -121,3 +121,20 @@ def assert_the_viewer_shows(out, record, tmp_path):
     assert html.escape(record["output"][:3], quote=False) in response
     strip = re.search(r'id="strip-values">(.*?)</div>', dom).group(1)
     assert strip.count("<span title=") == record["response_length"]
+
+
+def test_grpo_rewarded_by_a_reward_model_alone(setup, tmp_path):
+    """reward.rule_weight=0: the reward model's scores are the rewards; the rules still grade (rule_score)."""
+    reward_model = make_reward_model(tmp_path / "rm")
+    out = tmp_path / "run"
+    proc = run_command([sys.executable, "-m", "megarl.train",
+                        *overrides(setup, out, "algorithm.adv_estimator=grpo", f"reward.model.path={reward_model}",
+                                   "reward.rule_weight=0", "reward.model.weight=2.0")], timeout=480)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-5000:]
+    steps = read_metrics(out)
+    assert COMMON | {"reward/model_score/mean", "reward/rule_score/mean", "timing_s/reward_model"} <= steps[0].keys()
+    for step in steps:
+        assert step["critic/score/mean"] == pytest.approx(2.0 * step["reward/model_score/mean"], abs=1e-5)
+    records = read_samples(out / "samples" / "train" / "1.jsonl")
+    assert all(r["score"] == pytest.approx(2.0 * r["rm_score"], abs=1e-5) for r in records)
+    assert len({round(r["rm_score"], 5) for r in records}) > 1  # scored per response

@@ -7,7 +7,7 @@ from megarl.rewards.registry import default_compute_score
 from megarl.rewards.scorer import RewardScorer
 from megarl.rollout.base import Response
 from megarl.rollout.batch import prompt_batch, with_responses
-from megarl.trainer.stages import advantages, data_metrics, rewards, score, shape_overlong
+from megarl.trainer.stages import add_model_scores, advantages, data_metrics, rewards, score, shape_overlong
 from parallel.batch import Batch
 
 
@@ -92,3 +92,31 @@ def test_gae_uses_the_critic_values(batch):
     batch = batch.union(Batch({"token_level_rewards": rewards_, "values": torch.ones(rewards_.shape)}))
     out = advantages(batch, load_config().algorithm)  # gae, gamma = lam = 1: returns are the rewards to go
     assert torch.allclose(out["returns"] * batch["response_mask"], rewards_)
+
+
+def test_a_reward_models_score_joins_the_rules_on_the_last_token(batch, tokenizer):
+    scored, _ = score(batch, RewardScorer(tokenizer, default_compute_score))
+    model_scores = torch.tensor([0.5, -1.0, 2.0, 0.25])
+    reward = load_config(overrides=["reward.rule_weight=0.5", "reward.model.weight=2.0"]).reward
+    combined = add_model_scores(scored, model_scores, batch["response_mask"], reward)
+    assert combined["token_level_scores"].sum(-1).tolist() == [1.5, -2.0, 4.5, 1.0]
+    last = batch["response_mask"].sum(-1).long() - 1
+    assert torch.equal(combined["token_level_scores"][torch.arange(4), last], combined["token_level_scores"].sum(-1))
+    assert combined["rule_scores"].tolist() == [1.0, 0.0, 1.0, 1.0] and torch.equal(combined["rm_scores"], model_scores)
+    metrics = data_metrics(batch.union(combined).union(Batch({
+        "token_level_rewards": combined["token_level_scores"], "advantages": combined["token_level_scores"],
+        "returns": combined["token_level_scores"]})), 16)
+    assert metrics["reward/model_score/mean"] == pytest.approx(0.4375)
+    assert metrics["reward/rule_score/mean"] == pytest.approx(0.75)
+
+
+def test_with_a_reward_model_rows_without_ground_truth_skip_the_rules(batch, tokenizer):
+    missing = Batch(batch.tensors, {**batch.fields, "reward_model": [{"ground_truth": "72"}, {"ground_truth": None},
+                                                                    {}, {"ground_truth": "48"}]})
+    scorer = RewardScorer(tokenizer, default_compute_score)
+    scored, metrics = score(missing, scorer, with_truth_only=True)
+    assert scored["token_level_scores"].sum(-1).tolist() == [1.0, 0.0, 0.0, 1.0]
+    assert scored["acc"].tolist() == [1.0, 0.0, 0.0, 1.0] and metrics == {"reward/num_errors": 0.0}
+    none = Batch(batch.tensors, {**batch.fields, "reward_model": [{}] * 4})
+    assert score(none, scorer, with_truth_only=True)[0]["token_level_scores"].abs().sum() == 0
+    assert score(missing, scorer)[1] == {"reward/num_errors": 2.0}  # rules alone: each such row is a failure

@@ -66,7 +66,8 @@ def train_sample(step: int, index: int) -> dict:
     }
     if index > 0:  # a critic and a reference model on all but the first sample: strips appear only when logged
         sample.update(ref_log_prob=[x - 0.02 * math.cos(i) for i, x in enumerate(old)],
-                      values=[math.sin(i) for i in range(n)], entropy=[0.1 * (i % 5) for i in range(n)])
+                      values=[math.sin(i) for i in range(n)], entropy=[0.1 * (i % 5) for i in range(n)],
+                      rm_score=0.75, rule_score=1.0)
     return sample
 
 
@@ -143,6 +144,7 @@ def test_the_hash_selects_the_sample_and_its_stages_come_in_order(dom):
     assert '<mark class="answer">31</mark>' in section(dom, "stage-response")
     reward = section(dom, "stage-reward")
     assert all(text in reward for text in ("ground truth", "31", "reward (after KL)", "0.98"))
+    assert "reward model's score</th><td>0.75" in reward.replace("&#39;", "'")
 
 
 def test_heat_strips_have_one_span_per_response_token(dom):

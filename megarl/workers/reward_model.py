@@ -1,0 +1,28 @@
+"""The reward-model role: a frozen value-head model (`megarl rm`'s output) that scores each prompt + response at its
+last token, in the actor's processes, its weights in host memory between its passes."""
+
+from __future__ import annotations
+
+import torch
+
+from megarl.models.roles import build_reward_model
+from megarl.workers import join_mesh
+from megarl.workers.columns import sequences
+from megarl.workers.inputs import RewardModelInputs
+from parallel.batch import Batch
+from parallel.dispatch import Collect, Dispatch, worker_method
+from parallel.worker import Worker
+
+
+class RewardModelWorker(Worker):
+    def __init__(self, inputs: RewardModelInputs):
+        join_mesh(inputs.model)
+        self.inputs = inputs
+        self.model = build_reward_model(inputs.model.path, inputs.model.megatron, bf16=torch.cuda.is_available())
+
+    @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
+    def compute_rm_score(self, batch: Batch) -> Batch:
+        """`rm_scores` [B]: the model's score of each prompt + response."""
+        seqs = sequences(batch)
+        groups = self.inputs.forward.split([len(s) for s in seqs])
+        return Batch({"rm_scores": self.model.sequence_scores(seqs, groups).float().cpu()})
