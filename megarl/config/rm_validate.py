@@ -9,14 +9,12 @@ from megarl.config.validate import (
     LR_DECAY_STYLES,
     check_choice,
     check_megatron_choices,
-    check_mesh_fits_model,
     check_positive,
     check_run_choices,
-    divisors,
     megatron_sizes,
-    read_hf_config,
     run_sizes,
 )
+from megarl.config.sft_validate import check_trainer_batches, check_trainer_model
 from megarl.config.verl_keys import translate_verl_sft_key
 
 
@@ -24,8 +22,8 @@ def validate_rm_config(cfg: RMConfig) -> None:
     problems: list[str] = []
     _check_choices(cfg, problems)
     if not _check_sizes(cfg, problems):
-        _check_batches(cfg, problems)
-    _check_against_model(cfg, problems)
+        check_trainer_batches(problems, "critic", cfg, "rankings")
+    check_trainer_model(problems, "critic", cfg)
     if problems:
         raise ConfigError(problems)
 
@@ -57,41 +55,6 @@ def _check_sizes(cfg: RMConfig, problems: list[str]) -> bool:
     if cfg.data.val_batch_size is not None:
         positive["data.val_batch_size"] = cfg.data.val_batch_size
     return check_positive(problems, positive)
-
-
-def _check_batches(cfg: RMConfig, problems: list[str]) -> None:
-    mp = cfg.critic.megatron.model_parallel_size
-    if cfg.world_size % mp:
-        problems.append(
-            f"critic.megatron: tensor × pipeline × context parallel = {mp} does not divide the {cfg.world_size} "
-            "GPUs (trainer.nnodes × trainer.n_gpus_per_node)"
-        )
-        return
-    dp, batch, micro = cfg.dp_size, cfg.data.train_batch_size, cfg.data.micro_batch_size_per_gpu
-    if batch % dp:
-        problems.append(
-            f"data.train_batch_size={batch} cannot be split over {dp} data-parallel ranks "
-            f"(GPUs / model-parallel size): make it a multiple of {dp}"
-        )
-    elif not cfg.data.use_dynamic_bsz and (batch // dp) % micro:
-        problems.append(
-            f"data.micro_batch_size_per_gpu={micro} does not divide the {batch // dp} rankings each data-parallel "
-            f"rank gets per step: use one of {divisors(batch // dp)}, or data.use_dynamic_bsz=true"
-        )
-
-
-def _check_against_model(cfg: RMConfig, problems: list[str]) -> None:
-    hf = read_hf_config(cfg.model.path)
-    if hf is None:
-        return
-    where = f"{cfg.model.path}/config.json"
-    check_mesh_fits_model(problems, "critic", cfg.critic.megatron, hf, where)
-    max_positions = hf.get("max_position_embeddings")
-    if max_positions and cfg.data.max_length > max_positions:
-        problems.append(
-            f"data.max_length={cfg.data.max_length} exceeds the model's max_position_embeddings={max_positions} "
-            f"({where})"
-        )
 
 
 def translate_verl_rm_key(key: str) -> str | None:

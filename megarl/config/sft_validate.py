@@ -25,8 +25,8 @@ def validate_sft_config(cfg: SFTConfig) -> None:
     problems: list[str] = []
     _check_choices(cfg, problems)
     if not _check_sizes(cfg, problems):
-        _check_batches(cfg, problems)
-    _check_against_model(cfg, problems)
+        check_trainer_batches(problems, "actor", cfg, "samples")
+    check_trainer_model(problems, "actor", cfg)
     if problems:
         raise ConfigError(problems)
 
@@ -55,11 +55,13 @@ def _check_sizes(cfg: SFTConfig, problems: list[str]) -> bool:
     return check_positive(problems, positive)
 
 
-def _check_batches(cfg: SFTConfig, problems: list[str]) -> None:
-    mp = cfg.actor.megatron.model_parallel_size
+def check_trainer_batches(problems: list[str], role: str, cfg, unit: str) -> None:
+    """A one-model trainer's (`megarl sft`, `megarl rm`) batch over its ranks: `role`.megatron's mesh over the
+    GPUs, `data.train_batch_size` over data-parallel ranks, micro-batches of `unit` (what a batch counts)."""
+    mp = getattr(cfg, role).megatron.model_parallel_size
     if cfg.world_size % mp:
         problems.append(
-            f"actor.megatron: tensor × pipeline × context parallel = {mp} does not divide the {cfg.world_size} "
+            f"{role}.megatron: tensor × pipeline × context parallel = {mp} does not divide the {cfg.world_size} "
             "GPUs (trainer.nnodes × trainer.n_gpus_per_node)"
         )
         return
@@ -71,17 +73,18 @@ def _check_batches(cfg: SFTConfig, problems: list[str]) -> None:
         )
     elif not cfg.data.use_dynamic_bsz and (batch // dp) % micro:
         problems.append(
-            f"data.micro_batch_size_per_gpu={micro} does not divide the {batch // dp} samples each data-parallel "
+            f"data.micro_batch_size_per_gpu={micro} does not divide the {batch // dp} {unit} each data-parallel "
             f"rank gets per step: use one of {divisors(batch // dp)}, or data.use_dynamic_bsz=true"
         )
 
 
-def _check_against_model(cfg: SFTConfig, problems: list[str]) -> None:
+def check_trainer_model(problems: list[str], role: str, cfg) -> None:
+    """A one-model trainer's mesh and `data.max_length` against its model's config.json, where it has one."""
     hf = read_hf_config(cfg.model.path)
     if hf is None:
         return
     where = f"{cfg.model.path}/config.json"
-    check_mesh_fits_model(problems, "actor", cfg.actor.megatron, hf, where)
+    check_mesh_fits_model(problems, role, getattr(cfg, role).megatron, hf, where)
     max_positions = hf.get("max_position_embeddings")
     if max_positions and cfg.data.max_length > max_positions:
         problems.append(
