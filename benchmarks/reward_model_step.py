@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from rl_memory import ENGINE, DeviceSampler
+from rl_memory import ENGINE, DeviceSampler, append_row
 
 REPO = Path(__file__).resolve().parents[1]
 SHAPE = "qwen2.5-0.5b"
@@ -102,14 +102,7 @@ def main() -> int:
            "reward_model_shape": SHAPE, "dtype": "bf16", "tp": 1, "rollout_tp": 1, "batch": 64, "n": 1,
            "prompt_len": 512, "response_len": 512, "backend": "sglang", "exit_code": code,
            "device_peak_gb": max(extra["peaks"].values()) if extra["peaks"] else None, **summarise(metrics)}
-    if code != 0:
-        row["error_tail"] = tail
-    rows = json.loads(args.out.read_text()) if args.out.exists() else []
-    args.out.write_text(json.dumps(rows + [row], indent=1))
-    print(json.dumps({k: v for k, v in row.items() if k != "error_tail"}, indent=1))
-    if code != 0:
-        print(tail[-6000:])
-    return code
+    return append_row(args.out, row, code, tail)
 
 
 if __name__ == "__main__":

@@ -107,6 +107,18 @@ def summarise(metrics: list[dict]) -> dict:
             "response_length_mean": [m.get("response_length/mean") for m in steps]}
 
 
+def append_row(out: Path, row: dict, code: int, tail: str) -> int:
+    """Append `row` to the JSON list in `out` (with the run's output tail when it failed), print it; `code`."""
+    if code != 0:
+        row["error_tail"] = tail
+    rows = json.loads(out.read_text()) if out.exists() else []
+    out.write_text(json.dumps(rows + [row], indent=1))
+    print(json.dumps({k: v for k, v in row.items() if k != "error_tail"}, indent=1))
+    if code != 0:
+        print(tail[-6000:])
+    return code
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layers", type=int, default=12)
@@ -137,14 +149,7 @@ def main() -> int:
            "device_peak_gb": max(extra["peaks"].values()) if extra["peaks"] else None,
            "device_peak_gb_per_gpu": extra["peaks"], "process_peak_gb": extra["process_peaks"],
            **summarise(metrics)}
-    if code != 0:
-        row["error_tail"] = tail
-    rows = json.loads(args.out.read_text()) if args.out.exists() else []
-    args.out.write_text(json.dumps(rows + [row], indent=1))
-    print(json.dumps({k: v for k, v in row.items() if k != "error_tail"}, indent=1))
-    if code != 0:
-        print(tail[-6000:])
-    return code
+    return append_row(args.out, row, code, tail)
 
 
 if __name__ == "__main__":
