@@ -31,6 +31,7 @@ extras_require = {
         "math-verify>=0.7",
         "tensorboard",
         "wandb",
+        "peft",  # the tests load megarl export's PEFT adapter directory with PEFT itself
     ],
     # Metrics loggers beyond the console and metrics.jsonl (trainer.logger).
     "loggers": ["tensorboard", "wandb"],

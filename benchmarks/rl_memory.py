@@ -4,6 +4,7 @@ the memory each phase takes on the device: the run's own `memory/*/peak_gb` metr
 
     python benchmarks/rl_memory.py --layers 12 --tp 1 --gpus 1 --label no-offload --out $OUT/memory.json
     python benchmarks/rl_memory.py --layers 12 --tp 1 --gpus 1 --offload optimizer --out $OUT/memory.json
+    python benchmarks/rl_memory.py --layers 12 --tp 1 --gpus 1 --lora-rank 32 --out $OUT/memory.json   # LoRA
 
 Settings are seed 003's (recipes/qwen3_8b_grpo_gsm8k_4gpu.yaml, GRPO, low_var_kl 0.001 as a loss): n 8, batch 8,
 256 prompt / 1024 response tokens, full recompute, token budget 12288.
@@ -75,6 +76,8 @@ def run(args, model: Path, data: dict, out_dir: Path) -> tuple[int, str, dict]:
                  f"trainer.total_training_steps={args.steps}", "trainer.save_freq=-1", "trainer.test_freq=-1",
                  "trainer.val_before_train=false", f"trainer.output_dir={out_dir}",
                  f"rollout.gpu_memory_utilization={args.engine_share}", *ENGINE, *OFFLOADS[args.offload], *args.set]
+    if args.lora_rank:  # adapters on every linear layer, alpha = 2 × rank
+        overrides += [f"actor.lora.rank={args.lora_rank}", f"actor.lora.alpha={2 * args.lora_rank}"]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.gpus), "-m", "megarl.train",
            "--recipe", str(REPO / "recipes/qwen3_8b_grpo_gsm8k_4gpu.yaml"), *overrides]
     sampler = DeviceSampler()
@@ -104,7 +107,8 @@ def summarise(metrics: list[dict]) -> dict:
             "step_s": median("timing_s/step"), "score_mean": [m.get("critic/score/mean") for m in steps],
             "actor_grad_norm": [m.get("actor/grad_norm") for m in steps],
             "kl_loss": [m.get("actor/kl_loss") for m in steps],
-            "response_length_mean": [m.get("response_length/mean") for m in steps]}
+            "response_length_mean": [m.get("response_length/mean") for m in steps],
+            "logprob_mult_error": [m.get("rollout/logprob_mult_error") for m in steps]}
 
 
 def append_row(out: Path, row: dict, code: int, tail: str) -> int:
@@ -127,6 +131,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--offload", choices=sorted(OFFLOADS), default="none")
     parser.add_argument("--engine-share", type=float, default=0.5, help="rollout.gpu_memory_utilization")
+    parser.add_argument("--lora-rank", type=int, default=0, help="actor.lora.rank (0: full fine-tuning)")
     parser.add_argument("--set", nargs="*", default=[], help="more recipe overrides")
     parser.add_argument("--label", default="")
     parser.add_argument("--alloc-conf", default=None, help="PYTORCH_CUDA_ALLOC_CONF for the run's processes")
@@ -144,7 +149,7 @@ def main() -> int:
            "machine": os.environ.get("MEGARL_MACHINE", "unknown"), "what": "memory", "label": args.label,
            "command": "python benchmarks/rl_memory.py " + " ".join(sys.argv[1:]), "model_shape": "qwen3-8b",
            "layers": args.layers, "dtype": "bf16", "tp": args.tp, "rollout_tp": args.tp, "gpus_used": args.gpus,
-           "offload": args.offload, "engine_share": args.engine_share, "alloc_conf": args.alloc_conf, "n": 8, "batch": 8,
+           "offload": args.offload, "lora_rank": args.lora_rank, "engine_share": args.engine_share, "alloc_conf": args.alloc_conf, "n": 8, "batch": 8,
            "prompt_len": 256, "response_len": 1024, "backend": "sglang", "exit_code": code,
            "device_peak_gb": max(extra["peaks"].values()) if extra["peaks"] else None,
            "device_peak_gb_per_gpu": extra["peaks"], "process_peak_gb": extra["process_peaks"],

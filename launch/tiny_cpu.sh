@@ -14,7 +14,7 @@
 set -euo pipefail
 algorithm=${1:-grpo}
 shift || true
-case "$algorithm" in grpo|ppo|dapo|rlhf) ;; *) echo "usage: $0 [grpo|ppo|dapo|rlhf] [key=value ...]" >&2; exit 2 ;; esac
+case "$algorithm" in grpo|ppo|dapo|rlhf|lora) ;; *) echo "usage: $0 [grpo|ppo|dapo|rlhf|lora] [key=value ...]" >&2; exit 2 ;; esac
 out=outputs/tiny_cpu
 export RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled}
 

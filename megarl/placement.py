@@ -26,7 +26,7 @@ def resource_pools(cfg: MegaRLConfig) -> list[PoolSpec]:
 def role_pools(cfg: MegaRLConfig) -> dict[str, str]:
     """Role name → pool name, for the roles this recipe runs."""
     roles = {"actor": MAIN_POOL, "rollout": MAIN_POOL}
-    if cfg.use_reference:
+    if cfg.reference_model:
         roles["reference"] = MAIN_POOL
     if cfg.reward.model.path:
         roles["reward_model"] = MAIN_POOL

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 import torch
 import torch.distributed as dist
@@ -32,7 +32,9 @@ from parallel import topology
 from parallel.engines import EngineSlot
 
 Part = tuple[str, torch.Tensor, "int | None"]  # (HF name, tensor, tensor-parallel dim or None)
-NamedParameters = Callable[[], list[tuple[str, torch.Tensor]]]  # this rank's weights, named the same on every stage
+# This rank's weights, named the same on every stage, in the same order on every call (each may be made as it is
+# reached, e.g. a LoRA layer's merged weight: only one is held at a time).
+NamedParameters = Callable[[], Iterable[tuple[str, torch.Tensor]]]
 Convert = Callable[[str, torch.Tensor], list[Part]]  # a parameter of those names + tensor → HF parts
 
 
@@ -75,11 +77,11 @@ class WeightStreamer:
             torch.cuda.reset_peak_memory_stats()
             baseline = torch.cuda.memory_allocated()
         stats, start = SyncStats(), time.perf_counter()
-        local = dict(self.named_parameters())
+        local = iter(self.named_parameters())
         bucket, held = [], 0
         for stage, name, shape, dtype in self.manifest:
             owned = stage == self.my_stage
-            source = local[name] if owned else torch.empty(shape, dtype=dtype, device="meta")
+            source = _next_named(local, name) if owned else torch.empty(shape, dtype=dtype, device="meta")
             for hf_name, tensor, dim in self.convert(name, source):
                 out = self._slot_tensor(tensor, dim, stats) if owned else self._empty_slot_tensor(tensor, dim)
                 if len(self.pp_ranks) > 1:
@@ -123,3 +125,10 @@ class WeightStreamer:
             shape[dim] = shape[dim] * len(self.slot.gather_ranks) // self.slot.parts
         device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
         return torch.empty(shape, dtype=meta.dtype, device=device)
+
+
+def _next_named(parameters, name: str) -> torch.Tensor:
+    own_name, tensor = next(parameters)
+    if own_name != name:
+        raise RuntimeError(f"the model's parameters changed since the streamer was built: {own_name} in place of {name}")
+    return tensor

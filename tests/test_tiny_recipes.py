@@ -2,7 +2,8 @@
 random model, SFT-warm-starts it (once), then GRPO and PPO each raise the mean training reward from ≤ 0.4 to
 ≥ 0.8 under Ray and under torchrun; greedy validation rises with them. GRPO's metrics are identical under the
 two launchers. DAPO (dynamic sampling, overlong shaping) raises greedy validation the same way. No training-health
-check fires in these healthy runs. RLHF trains a reward model on ranked samples and PPO against it alone."""
+check fires in these healthy runs. RLHF trains a reward model on ranked samples and PPO against it alone. GRPO with
+LoRA adapters alone learns as well, its reference the actor without them."""
 
 import json
 
@@ -76,3 +77,20 @@ def test_rlhf_trains_a_reward_model_on_ranked_samples_and_ppo_learns_from_it_alo
     rule = [s["reward/rule_score/mean"] for s in steps]
     assert rule[0] <= 0.4 and max(rule) >= 0.5, rule
     assert validation[0] <= 0.4 and validation[max(validation)] > validation[0], validation
+
+
+def test_lora_learns_with_the_adapters_alone(workdir):
+    steps, validation = run_recipe(workdir, "lora", "ray")
+    scores = [s["critic/score/mean"] for s in steps]
+    assert scores[0] <= 0.4 and sum(scores[-3:]) / 3 >= 0.8, scores
+    assert validation[0] <= 0.4 and validation[max(validation)] >= 0.8, validation
+    # The KL loss's reference is the actor without adapters (no reference role); the engine serves the merged weights.
+    assert all("actor/kl_loss" in s and "timing_s/ref" in s for s in steps)
+    assert max(s["rollout/logprob_mult_error"] for s in steps) <= 1.001
+    assert_healthy(steps)
+    actor = workdir / "outputs/tiny_cpu/lora_ray/checkpoints/global_step_30/actor"
+    role = json.loads((actor / "role.json").read_text())
+    assert role["lora"]["rank"] == 16 and role["base_model"].endswith("outputs/tiny_cpu/sft/hf")
+    adapters = sum(f.stat().st_size for f in (actor / "model").glob("*.distcp"))
+    assert adapters < 600_000  # 53k fp32 adapter values and their index, not the 0.4M-parameter model
+

@@ -71,10 +71,25 @@ class OptimConfig:
     lr_decay_style: str = "constant"  # constant | linear | cosine
 
 
+LORA_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")  # the megatron layers LoRA can adapt
+
+
+@dataclass(frozen=True)
+class LoRAConfig:
+    """LoRA on the actor's linear layers (megarl/models/lora.py): only the adapters train; the reference is the actor
+    with its adapters disabled; the rollout engine gets merged weights."""
+
+    rank: int = 0  # 0: off (full fine-tuning)
+    alpha: float = 16.0  # the adapters' output is scaled by alpha / rank
+    target_modules: List[str] = field(default_factory=lambda: list(LORA_TARGETS))
+    dropout: float = 0.0  # on the adapters' input
+
+
 @dataclass(frozen=True)
 class ActorConfig:
     megatron: MegatronConfig = field(default_factory=MegatronConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
     ppo_mini_batch_size: int = 32  # prompts per optimizer step, as in verl (× rollout.n samples)
     ppo_micro_batch_size_per_gpu: int = 1
     use_dynamic_bsz: bool = False  # micro-batches by token budget instead of sample count
@@ -325,6 +340,11 @@ class MegaRLConfig:
     @property
     def use_reference(self) -> bool:
         return self.algorithm.use_kl_in_reward or self.actor.use_kl_loss
+
+    @property
+    def reference_model(self) -> bool:
+        """Whether the reference is a model of its own: a LoRA actor's reference is the actor without adapters."""
+        return self.use_reference and self.actor.lora.rank == 0
 
     def dp_size(self, role: str) -> int:
         """Data-parallel size of the actor or the critic."""

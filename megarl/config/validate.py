@@ -8,6 +8,7 @@ from pathlib import Path
 from megarl.algorithms import ADV_ESTIMATORS, KL_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSSES
 from megarl.algorithms.rollout_correction import IS_LEVELS, RS_LEVELS
 from megarl.trainer.health import CHECKS as HEALTH_CHECKS
+from megarl.config.lora_checks import check_lora
 from megarl.config.loader import ConfigError
 from megarl.config.schema import MegaRLConfig, MegatronConfig, RunConfig
 from megarl.data.dataset import TRUNCATIONS
@@ -33,6 +34,7 @@ def validate_config(cfg: MegaRLConfig) -> None:
     _check_algorithm(cfg, problems)
     _check_dapo(cfg, problems)
     _check_reward_weights(cfg, problems)
+    check_lora(cfg, problems)
     _check_against_model(cfg, problems)
     if problems:
         raise ConfigError(problems)

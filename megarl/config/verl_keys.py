@@ -40,6 +40,13 @@ VERL_RENAMES = {
     "reward_model.forward_max_token_len_per_gpu": "reward.model.max_token_len_per_gpu",
     "trainer.default_local_dir": "trainer.output_dir",
     "data.seed": "trainer.seed",
+    "actor_rollout_ref.model.lora_rank": "actor.lora.rank",
+    "actor_rollout_ref.model.lora_alpha": "actor.lora.alpha",
+    "actor_rollout_ref.model.target_modules": "actor.lora.target_modules",
+    "actor_rollout_ref.model.lora.rank": "actor.lora.rank",
+    "actor_rollout_ref.model.lora.alpha": "actor.lora.alpha",
+    "actor_rollout_ref.model.lora.dropout": "actor.lora.dropout",
+    "actor_rollout_ref.model.lora.target_modules": "actor.lora.target_modules",
     "actor_rollout_ref.nccl_timeout": "trainer.collective_timeout_s",
     "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": "actor.optim.lr_warmup_steps",
     "critic.optim.lr_warmup_steps_ratio": "critic.optim.lr_warmup_steps",
@@ -53,6 +60,7 @@ VERL_NOTES = {
     "actor_rollout_ref.model.enable_gradient_checkpointing": "set it to full",
     "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": "a step count: ratio × total training steps",
     "critic.optim.lr_warmup_steps_ratio": "a step count: ratio × total training steps",
+    "actor_rollout_ref.model.target_modules": "megatron's layers: linear_qkv, linear_proj, linear_fc1, linear_fc2",
 }
 
 

@@ -5,7 +5,8 @@ each (`BRIDGES`, keyed by the HF `model_type` as mbridge's own registry is). `Me
 hooks mbridge's classes offer: the layer spec comes from `megarl.models.spec`, and every megatron parameter
 name maps to HF names through the one table in `megarl.models.hf_names` (which knows the local spec's norm
 names as well as Transformer Engine's). Sequence parallelism (which mbridge turns on whenever TP > 1) and the
-fusions that need TE or CUDA are turned off on the local spec.
+fusions that need TE or CUDA are turned off on the local spec. A LoRA model (`lora`) is built on the local spec with
+adapters in its linear layers (megarl/models/lora.py); the adapters are not HF tensors, so loading skips them.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from transformers import AutoConfig
 
 from megarl.models.accelerators import transformer_engine_available
 from megarl.models.hf_names import EMBEDDING, LM_HEAD, OUTPUT_LAYER, VALUE_HEAD_NAME, hf_names
+from megarl.models.lora import Adapter, is_adapter
 from megarl.models.spec import layer_spec
 
 # Without TE: no sequence parallel (its norms need TE) and none of the fusions that need TE or Apex.
@@ -84,8 +86,10 @@ class MegarlBridge(LLMBridge):
     has_vp_stage = True  # megatron-core's spec builders take vp_stage (mbridge probes it in the hook replaced)
 
     def __init__(self, hf_config, dtype: torch.dtype, *, use_transformer_engine: bool, value_head: bool,
-                 hf_path: str):
+                 hf_path: str, lora=None):
         self.use_transformer_engine = use_transformer_engine
+        self.adapter = Adapter(lora.rank, lora.alpha, lora.dropout) if lora is not None and lora.rank else None
+        self.adapter_targets = tuple(lora.target_modules) if self.adapter else ()
         self.value_head = value_head
         self.hf_path = hf_path
         tied = getattr(hf_config, "tie_word_embeddings", False)
@@ -104,7 +108,11 @@ class MegarlBridge(LLMBridge):
         pass
 
     def _get_transformer_layer_spec(self, vp_stage: int | None = None):
-        return layer_spec(self.config, self.use_transformer_engine, vp_stage)
+        return layer_spec(self.config, self.use_transformer_engine, vp_stage, self.adapter, self.adapter_targets)
+
+    def _weight_name_mapping_mcore_local_to_global(self, model, consider_ep: bool = True) -> dict[str, str]:
+        names = super()._weight_name_mapping_mcore_local_to_global(model, consider_ep)
+        return {local: name for local, name in names.items() if not is_adapter(local)}
 
     def _weight_name_mapping_mcore_to_hf(self, mcore_weights_name: str) -> list[str]:
         return list(hf_names(mcore_weights_name, self.output_layer_source).names)
@@ -136,17 +144,19 @@ BRIDGES = {"qwen2": Qwen2, "qwen3": Qwen3, "llama": Llama}
 
 
 def make_bridge(hf_path: str | Path, dtype: torch.dtype, use_transformer_engine: bool | None = None,
-                value_head: bool = False, **config_args) -> MegarlBridge:
+                value_head: bool = False, lora=None, **config_args) -> MegarlBridge:
     """A bridge for the checkpoint at `hf_path`, building models with megarl's layer spec (see MegarlBridge).
 
-    `use_transformer_engine` defaults to whether TE is importable. `config_args` override megatron
-    TransformerConfig fields (e.g. recompute_granularity)."""
+    `use_transformer_engine` defaults to whether TE is importable (a LoRA model, `lora` with a rank, runs without
+    it). `config_args` override megatron TransformerConfig fields (e.g. recompute_granularity)."""
     use_te = transformer_engine_available() if use_transformer_engine is None else use_transformer_engine
+    use_te = use_te and not (lora is not None and lora.rank)
     hf_config = load_hf_config(hf_path)
     family = BRIDGES.get(hf_config.model_type)
     if family is None:
         raise ValueError(f"{hf_path}: model_type {hf_config.model_type!r}; megarl converts {sorted(BRIDGES)}")
-    bridge = family(hf_config, dtype, use_transformer_engine=use_te, value_head=value_head, hf_path=str(hf_path))
+    bridge = family(hf_config, dtype, use_transformer_engine=use_te, value_head=value_head, hf_path=str(hf_path),
+                    lora=lora)
     extra = dict(config_args)
     if not use_te:
         extra = {**LOCAL_SPEC_ARGS, **extra}

@@ -4,6 +4,7 @@ files they were built from so that each can be exported on its own (`megarl expo
     DIR/model/       megatron dist_checkpointing of the weights (any parallel layout loads it)
     DIR/hf/          config.json, generation_config.json, tokenizer files of the source checkpoint
     DIR/role.json    {"role": "actor" | "critic", "layout": the tensor/pipeline/context/data-parallel sizes, "world_size"}
+                     and, for a LoRA actor, "lora" (its settings) and "base_model" (the HF checkpoint it adapts)
   a training checkpoint adds:
     DIR/optimizer/   the distributed optimizer's state (dist_checkpointing) and the LR scheduler's
     DIR/rng/rank_NNNNN.json   each rank's random number generators (megarl/rng.py)
@@ -11,6 +12,8 @@ files they were built from so that each can be exported on its own (`megarl expo
 The optimizer state uses megatron's `dp_reshardable` format (megatron-LM's default: every rank writes and reads
 only its own shard, no gathering), which loads into another data-parallel size but not into other tensor,
 pipeline or context-parallel sizes; the layout is checked before loading.
+
+A LoRA actor's model/ holds its adapters only: the frozen base is the HF checkpoint in role.json's "base_model".
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from megatron.core.utils import unwrap_model
 from torch.distributed.checkpoint.api import CheckpointException
 
 from megarl import rng
+from megarl.models.lora import is_adapter
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +115,20 @@ def checkpoint_role(directory: str | Path) -> str:
     return _read_role(Path(directory))["role"]
 
 
+def checkpoint_lora(directory: str | Path) -> tuple[dict | None, str | None]:
+    """A LoRA checkpoint's settings and base model directory; (None, None) for a full model."""
+    saved = _read_role(Path(directory))
+    return saved.get("lora"), saved.get("base_model")
+
+
+def lora_settings(model) -> dict | None:
+    adapter = model.bridge.adapter
+    if adapter is None:
+        return None
+    return {"rank": adapter.rank, "alpha": adapter.alpha, "dropout": adapter.dropout,
+            "target_modules": list(model.bridge.adapter_targets)}
+
+
 def copy_hf_metadata(source: str | Path, target: str | Path) -> None:
     target = Path(target)
     target.mkdir(parents=True, exist_ok=True)
@@ -141,15 +159,21 @@ def _prepare(model, directory: Path, parts: tuple[str, ...]) -> None:
             (directory / part).mkdir(parents=True, exist_ok=True)
         copy_hf_metadata(model.bridge.hf_path, directory / "hf")
         meta = {"role": model.name, "layout": _layout(), "world_size": dist.get_world_size()}
+        if model.bridge.adapter is not None:
+            meta.update(lora=lora_settings(model), base_model=str(Path(model.bridge.hf_path).resolve()))
         (directory / "role.json").write_text(json.dumps(meta))
     dist.barrier()
 
 
 def _model_state(model) -> dict:
-    """A fresh sharded state dict each time: saving and loading rewrite the one they are given."""
+    """A fresh sharded state dict each time: saving and loading rewrite the one they are given. A LoRA model's
+    holds its adapters only."""
     if len(model.chunks) != 1:
         raise NotImplementedError("virtual pipeline stages are not supported by model checkpoints yet")
-    return unwrap_model(model.chunks[0]).sharded_state_dict()
+    state = unwrap_model(model.chunks[0]).sharded_state_dict()
+    if model.bridge.adapter is not None:
+        state = {key: value for key, value in state.items() if is_adapter(key)}
+    return state
 
 
 def _optimizer_state(model, is_loading: bool) -> dict:
@@ -162,6 +186,10 @@ def _load_model(model, directory: Path) -> None:
     model_dir = directory / "model"
     if not model_dir.is_dir():
         raise FileNotFoundError(f"{directory} is not a megarl model checkpoint (no model/ directory)")
+    saved = _read_role(directory).get("lora")
+    if saved != lora_settings(model):
+        raise CheckpointError(f"{directory} was saved with LoRA settings {saved} (None: full fine-tuning), this model "
+                              f"has {lora_settings(model)}: set actor.lora.* as saved to load it")
     with _reading(model_dir):
         _check_shapes(_model_state(model), model_dir, model.bridge.hf_path)
         state = dist_checkpointing.load(_model_state(model), str(model_dir))

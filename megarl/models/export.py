@@ -1,5 +1,6 @@
 """`megarl export --checkpoint DIR --out HF_DIR`: a megarl model checkpoint → a HF checkpoint directory
-(safetensors shards + index, config, tokenizer). Runs as one process, or under torchrun for large models."""
+(safetensors shards + index, config, tokenizer). Runs as one process, or under torchrun for large models. A LoRA
+actor's checkpoint exports merged into its base model, and as a PEFT adapter directory (megarl/models/lora_export.py)."""
 
 from __future__ import annotations
 
@@ -67,14 +68,29 @@ def held_model_files(out: str | Path) -> list[Path]:
     return sorted([*out.glob("*.safetensors"), *out.glob("*.safetensors.index.json"), *out.glob("config.json")])
 
 
-def export_checkpoint(checkpoint: str | Path, out: str | Path, tp: int = 1, pp: int = 1) -> None:
-    from megarl.models.checkpoint import checkpoint_role, copy_hf_metadata, load_model_checkpoint
+def export_checkpoint(checkpoint: str | Path, out: str | Path, tp: int = 1, pp: int = 1,
+                      adapter_out: str | Path | None = None, base_model: str | Path | None = None) -> None:
+    from megarl.models.checkpoint import (
+        CheckpointError,
+        checkpoint_lora,
+        checkpoint_role,
+        copy_hf_metadata,
+        load_model_checkpoint,
+    )
+    from megarl.models.lora_export import export_lora_checkpoint
     from megarl.models.roles import build_frozen
     from parallel import topology
 
     role_name = checkpoint_role(checkpoint)
+    lora, _ = checkpoint_lora(checkpoint)
+    if lora is not None and (tp, pp, int(os.environ.get("WORLD_SIZE", 1))) != (1, 1, 1):
+        raise CheckpointError(f"{checkpoint} holds LoRA adapters: export it as one process at --tp 1 --pp 1 (the "
+                              "adapters are small and the merge is per tensor)")
     topology.init_distributed()
     topology.init_model_parallel(tp=tp, pp=pp)
+    if lora is not None:
+        export_lora_checkpoint(checkpoint, out, adapter_out or Path(out) / "adapter", base_model)
+        return
     megatron = MegatronConfig(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
     hf_dir = Path(checkpoint) / "hf"
     model = build_frozen(hf_dir, megatron, bf16=torch.cuda.is_available(), value_head=role_name == "critic")
@@ -99,6 +115,10 @@ def main(argv=None) -> int:
     parser.add_argument("--tp", type=int, default=1, help="tensor parallel size to load with (under torchrun)")
     parser.add_argument("--pp", type=int, default=1, help="pipeline parallel size to load with (under torchrun)")
     parser.add_argument("--force", action="store_true", help="replace the model files already in --out")
+    parser.add_argument("--adapter-out", default=None,
+                        help="a LoRA checkpoint's PEFT adapter directory (default: --out/adapter)")
+    parser.add_argument("--base-model", default=None,
+                        help="a LoRA checkpoint's base HF model (default: the one its role.json names)")
     args = parser.parse_args(argv)
     from megarl.models.checkpoint import CheckpointError
 
@@ -109,7 +129,7 @@ def main(argv=None) -> int:
         return 2
 
     try:
-        export_checkpoint(args.checkpoint, args.out, args.tp, args.pp)
+        export_checkpoint(args.checkpoint, args.out, args.tp, args.pp, args.adapter_out, args.base_model)
     except (FileNotFoundError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 from mbridge.utils.post_creation_callbacks import make_value_model
 from megatron.core.distributed import finalize_model_grads
 from megatron.core.utils import get_model_config, unwrap_model
 
-from megarl.config.schema import MegatronConfig, OptimConfig
+from megarl.config.schema import LoRAConfig, MegatronConfig, OptimConfig
 from megarl.models.bridge import (
     VALUE_HEAD_NAME,
     export_hf_weights,
@@ -25,6 +26,7 @@ from megarl.models.bridge import (
     read_hf_tensors,
 )
 from megarl.models.forward import compute_logprobs, compute_sequence_scores, compute_values
+from megarl.models.lora import adapter_layers, adapters_disabled, freeze_base, init_adapters, is_adapter
 from megarl.models.training import build_optimizer, train_step
 from parallel.offload import FrozenState, Residency, TrainedState
 
@@ -46,10 +48,19 @@ class RoleModel:
         """A context in which the weights are on the GPU (for a caller reading `named_parameters` or a checkpoint)."""
         return self.state.weights_in_use()
 
+    @property
+    def has_adapters(self) -> bool:
+        return any(True for chunk in self.chunks for _ in adapter_layers(chunk))
+
     def logprobs(self, sequences, micro_batches, temperature=1.0, with_entropy=False):
         with self.weights_in_use():
             return compute_logprobs(self.chunks, sequences, micro_batches, temperature, with_entropy,
                                     device=self.device)
+
+    def base_logprobs(self, sequences, micro_batches, temperature=1.0):
+        """Log-probs under the model without its LoRA adapters: a LoRA actor's reference policy."""
+        with adapters_disabled(self.chunks):
+            return self.logprobs(sequences, micro_batches, temperature)
 
     def values(self, sequences, micro_batches):
         with self.weights_in_use():
@@ -65,18 +76,25 @@ class RoleModel:
         with self.state.update_in_use():
             return train_step(self.chunks, self.optimizer, self.scheduler, batches, loss_fn)
 
-    def named_parameters(self) -> list[tuple[str, torch.Tensor]]:
+    def named_parameters(self) -> Iterator[tuple[str, torch.Tensor]]:
         """This rank's parameters (detached), named as megatron names them but with global layer numbers (megatron
-        numbers a pipeline stage's layers from 0): the names `megarl.models.to_hf.megatron_to_hf` converts."""
-        named = []
+        numbers a pipeline stage's layers from 0): the names `megarl.models.to_hf.megatron_to_hf` converts. A LoRA
+        layer's weight comes merged with its adapter (made as it is reached); the adapters themselves are left out."""
         for chunk in self.chunks:
             module = unwrap_model(chunk)
-            layers = getattr(getattr(module, "decoder", None), "layers", [])
-            global_index = {str(i): str(layer.layer_number - 1) for i, layer in enumerate(layers)}
+            merged = {f"{name}.weight": layer for name, layer in adapter_layers(module)}
             for name, param in module.named_parameters():
-                name = _LAYER.sub(lambda m: f"decoder.layers.{global_index[m.group(1)]}.", name)
-                named.append((name, param.detach()))
-        return named
+                if is_adapter(name):
+                    continue
+                tensor = merged[name].merged_weight() if name in merged else param.detach()
+                yield global_name(module, name), tensor
+
+    def named_adapters(self) -> Iterator[tuple[str, object]]:
+        """This rank's LoRA layers, by their global names (e.g. `decoder.layers.3.self_attention.linear_qkv`)."""
+        for chunk in self.chunks:
+            module = unwrap_model(chunk)
+            for name, layer in adapter_layers(module):
+                yield global_name(module, name), layer
 
     def export_hf(self):
         """Stream (HF name, tensor); every rank of the model-parallel group must iterate it to the end."""
@@ -87,14 +105,24 @@ class RoleModel:
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
 
 
+def global_name(module, name: str) -> str:
+    """`name` in megatron model chunk `module` with the pipeline stage's layer number made global."""
+    layers = getattr(getattr(module, "decoder", None), "layers", [])
+    return _LAYER.sub(lambda m: f"decoder.layers.{layers[int(m.group(1))].layer_number - 1}.", name)
+
+
 def _build(hf_path, megatron: MegatronConfig, *, trainable: bool, value_head: bool, bf16: bool,
-           load_weights: bool = True):
+           load_weights: bool = True, lora: LoRAConfig | None = None):
     config_args = {}
     if megatron.recompute_granularity is not None:
         config_args["recompute_granularity"] = megatron.recompute_granularity
         if megatron.recompute_granularity == "full":
             config_args.update(recompute_method="uniform", recompute_num_layers=1)
-    bridge = make_bridge(hf_path, torch.bfloat16 if bf16 else torch.float32, value_head=value_head, **config_args)
+    bridge = make_bridge(hf_path, torch.bfloat16 if bf16 else torch.float32, value_head=value_head, lora=lora,
+                         **config_args)
+    callbacks = [make_value_model] if value_head else []
+    if bridge.adapter is not None:
+        callbacks.append(freeze_base)  # before DDP wraps the model: the frozen weights get no gradient buffers
     model = bridge.get_model(
         weight_path=str(hf_path) if load_weights else None,
         wrap_with_ddp=trainable,
@@ -102,7 +130,7 @@ def _build(hf_path, megatron: MegatronConfig, *, trainable: bool, value_head: bo
         bf16=bf16,
         fp16=False,
         use_cpu_initialization=not torch.cuda.is_available(),
-        post_model_creation_callbacks=[make_value_model] if value_head else [],
+        post_model_creation_callbacks=callbacks,
     )
     if trainable:
         # The schedules reduce gradients over data/context-parallel ranks, and tied embeddings across
@@ -112,10 +140,15 @@ def _build(hf_path, megatron: MegatronConfig, *, trainable: bool, value_head: bo
 
 
 def build_actor(hf_path, megatron: MegatronConfig, optim: OptimConfig, total_steps: int, bf16: bool = False,
-                load_weights: bool = True) -> RoleModel:
+                load_weights: bool = True, lora: LoRAConfig | None = None, seed: int = 1) -> RoleModel:
     """The trained policy; `load_weights=False` keeps megatron's random initialisation (only `config.json` is
-    read), for benchmarks of shapes whose weights would take long to write and read."""
-    bridge, model = _build(hf_path, megatron, trainable=True, value_head=False, bf16=bf16, load_weights=load_weights)
+    read), for benchmarks of shapes whose weights would take long to write and read. With `lora` (a rank > 0) only
+    LoRA adapters train, drawn from `seed` the same in every parallel layout."""
+    bridge, model = _build(hf_path, megatron, trainable=True, value_head=False, bf16=bf16, load_weights=load_weights,
+                           lora=lora)
+    if bridge.adapter is not None:
+        init_adapters(((global_name(unwrap_model(c), n), layer) for c in model
+                       for n, layer in adapter_layers(unwrap_model(c))), seed)
     return _trained("actor", bridge, model, optim, megatron, total_steps, bf16)
 
 
@@ -137,9 +170,12 @@ def build_critic(hf_path, megatron: MegatronConfig, optim: OptimConfig, total_st
     return _trained("critic", bridge, model, optim, megatron, total_steps, bf16)
 
 
-def build_frozen(hf_path, megatron: MegatronConfig, bf16: bool = False, value_head: bool = False) -> RoleModel:
-    """An untrained model skeleton of the checkpoint's architecture, for loading a megarl checkpoint into."""
-    bridge, model = _build(hf_path, megatron, trainable=False, value_head=value_head, bf16=bf16, load_weights=False)
+def build_frozen(hf_path, megatron: MegatronConfig, bf16: bool = False, value_head: bool = False,
+                 lora: LoRAConfig | None = None) -> RoleModel:
+    """An untrained model skeleton of the checkpoint's architecture, for loading a megarl checkpoint into; with
+    `lora`, the base model's weights from `hf_path` and adapters to load a LoRA checkpoint's into."""
+    bridge, model = _build(hf_path, megatron, trainable=False, value_head=value_head, bf16=bf16,
+                           load_weights=lora is not None, lora=lora)
     return RoleModel("critic" if value_head else "actor", bridge, model, FrozenState(model, Residency()))
 
 

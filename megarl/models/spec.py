@@ -2,7 +2,8 @@
 spec with the core attention swapped for SDPAttention (a submodule swap, not a fork of the layer).
 
 Both come from megatron-core's `get_gpt_decoder_block_spec`, so both slice the layers per pipeline stage (and
-virtual stage) the same way.
+virtual stage) the same way. With LoRA (`adapter`), the local spec's linear layers are swapped for their LoRA
+subclasses (megarl/models/lora.py); LoRA always runs on the local spec.
 """
 
 from __future__ import annotations
@@ -15,9 +16,14 @@ from megatron.core.transformer.torch_norm import WrappedTorchNorm
 from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
 
 from megarl.models.attention import SDPAttention
+from megarl.models.lora import Adapter, lora_layer_spec
 
 
-def layer_spec(config, use_transformer_engine: bool, vp_stage: int | None = None) -> TransformerBlockSubmodules:
+def layer_spec(config, use_transformer_engine: bool, vp_stage: int | None = None, adapter: Adapter | None = None,
+               adapter_targets: tuple[str, ...] = ()) -> TransformerBlockSubmodules:
+    if adapter is not None:
+        local = layer_spec(config, False, vp_stage)
+        return lora_layer_spec(local, adapter, adapter_targets, gated=config.gated_linear_unit)
     if use_transformer_engine:
         return get_gpt_decoder_block_spec(config, use_transformer_engine=True, vp_stage=vp_stage)
     block = get_gpt_decoder_block_spec(

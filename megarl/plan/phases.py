@@ -48,16 +48,16 @@ def plan_memory(inputs: PlanInputs) -> MemoryPlan:
     trainer_roles = tuple(s for name, s in states.items() if name != "critic" or colocated_critic)
     engine = _engine(inputs, _resident(trainer_roles, "gen"))
     phases = [_phase(inputs, name, "trainer", trainer_roles, engine) for name in STEP_ORDER
-              if name in _trainer_phases(states, colocated_critic)]
+              if name in _trainer_phases(inputs, states, colocated_critic)]
     if "critic" in states and not colocated_critic:
         phases += [_phase(inputs, name, "critic", (states["critic"],), None) for name in ("values", "update_critic")]
     return MemoryPlan(tuple(phases), host_estimates(inputs, trainer_roles, states.get("critic"), colocated_critic),
                       engine.kv_cache_tokens)
 
 
-def _trainer_phases(states: dict[str, RoleState], colocated_critic: bool) -> set[str]:
+def _trainer_phases(inputs: PlanInputs, states: dict[str, RoleState], colocated_critic: bool) -> set[str]:
     names = {"gen", "old_log_prob", "update_actor", "sync"}
-    if "reference" in states:
+    if inputs.cfg.use_reference:  # a reference of its own, or the LoRA actor without its adapters
         names.add("ref")
     if colocated_critic:
         names |= {"values", "update_critic"}

@@ -94,6 +94,18 @@ class ModelShape:
         norms = 2 * self.hidden + (2 * self.head_dim if self.qk_norm else 0)  # replicated on every rank
         return attention + mlp + norms
 
+    def lora_layer_parameters(self, tp: int, rank: int, targets) -> int:
+        """One layer's LoRA adapters on one tensor-parallel rank (megarl/models/lora.py): A [rank × in] and B
+        [out × rank], with the dim its base layer splits (column-parallel: B's out; row-parallel: A's in) split."""
+        qkv = self.q_width + 2 * self.kv_width
+        sizes = {"linear_qkv": (self.hidden, qkv // tp), "linear_fc1": (self.hidden, 2 * self.ffn // tp),
+                 "linear_proj": (self.q_width // tp, self.hidden), "linear_fc2": (self.ffn // tp, self.hidden)}
+        return sum(rank * sum(sizes[target]) for target in targets)
+
+    def lora_gpu_parameters(self, tp: int, pp: int, rank: int, targets) -> int:
+        """The adapters of the fullest pipeline stage's layers."""
+        return self.layers // pp * self.lora_layer_parameters(tp, rank, targets)
+
     def stage_parameters(self, tp: int, pp: int, value_head: bool = False) -> list[int]:
         """Parameters on one GPU of each pipeline stage (every tensor-parallel rank of a stage holds as many).
         `value_head`: the critic's, a [1 × hidden] linear on the last stage in place of the output layer."""

@@ -7,12 +7,14 @@ weights 4P/S and Adam's two moments 8P/S. The offloads change where they are:
   copy of the gradient shard (4P/S); the GPU holds none of it, in any phase.
 - grad_offload: the gradient buffers are freed outside the role's own update (nothing is copied out).
 - param_offload: the weights move to a pinned host copy (2P) outside the role's own calls.
-The reference is frozen (no gradients, no optimizer) and always offloaded: on the GPU only for its forward.
+The reference is frozen (no gradients, no optimizer) and always offloaded: on the GPU only for its forward. A LoRA
+actor trains only its adapters (T parameters: gradients 4T, optimizer 12T/S, beside the 2(P + T) weights) and is its
+own reference.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from megarl.config import MegatronConfig
 from megarl.plan.inputs import Mesh, PlanInputs
@@ -33,12 +35,14 @@ class RoleState:
     param_offload: bool
     grad_offload: bool
     optimizer_offload: bool
+    adapters: int = 0  # LoRA: the trained parameters; 0: all are trained
 
     def gpu_parts(self, phase: str) -> Parts:
         """The role's bytes on its GPU during `phase`."""
-        p, parts = self.parameters, []
+        parts = []
         if not self.param_offload or phase in CALLS[self.role]:
-            parts.append((f"{self.role} weights", 2 * p))
+            parts.append((f"{self.role} weights", 2 * (self.parameters + self.adapters)))
+        p = self.adapters or self.parameters
         if self.trained:
             if not self.grad_offload or phase == UPDATES[self.role]:
                 parts.append((f"{self.role} grads", 4 * p))
@@ -48,9 +52,9 @@ class RoleState:
 
     def host_parts(self) -> Parts:
         """The role's pinned or offloaded host copies, per GPU process."""
-        p, parts = self.parameters, []
+        p, parts = self.adapters or self.parameters, []
         if self.param_offload:
-            parts.append((f"{self.role} weights", 2 * p))
+            parts.append((f"{self.role} weights", 2 * self.parameters))
         if self.trained and self.optimizer_offload:
             parts.append((f"{self.role} optimizer", 16 * p // self.optimizer_shards))
         return tuple(parts)
@@ -60,7 +64,11 @@ def role_states(inputs: PlanInputs) -> dict[str, RoleState]:
     """The roles the recipe runs: the actor; the reference with a KL term; the critic with GAE."""
     cfg, mesh = inputs.cfg, inputs.mesh("actor")
     states = {"actor": _trained("actor", inputs.policy.gpu_parameters(mesh.tp, mesh.pp), mesh, cfg.actor.megatron)}
-    if cfg.use_reference:
+    lora = cfg.actor.lora
+    if lora.rank:
+        adapters = inputs.policy.lora_gpu_parameters(mesh.tp, mesh.pp, lora.rank, lora.target_modules)
+        states["actor"] = replace(states["actor"], adapters=adapters)
+    if cfg.reference_model:
         states["reference"] = RoleState("reference", states["actor"].parameters, mesh.optimizer_shards, trained=False,
                                         param_offload=True, grad_offload=False, optimizer_offload=False)
     if cfg.use_critic:

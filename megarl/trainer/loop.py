@@ -75,7 +75,9 @@ def spawn_roles(cluster, cfg: MegaRLConfig, steps: int) -> Roles:
         return cluster[pools[name]].spawn(name, cls, role_input) if role_input is not None else None
 
     actor = spawn("actor", ActorWorker, inputs.actor)
-    reference = spawn("reference", ReferenceWorker, inputs.reference)
+    # A LoRA actor is its own reference (adapters disabled): no second copy of the weights.
+    reference = actor if inputs.actor.reference_log_prob is not None else spawn("reference", ReferenceWorker,
+                                                                                 inputs.reference)
     critic = spawn("critic", CriticWorker, inputs.critic)
     reward_model = spawn("reward_model", RewardModelWorker, inputs.reward_model)
     return Roles(actor, spawn("rollout", RolloutWorker, inputs.rollout), critic, reference, reward_model)
@@ -197,7 +199,7 @@ def train(cfg: MegaRLConfig) -> None:
                         metrics.update(validate(step))
                 metrics.update(stages.data_metrics(batch, data.max_response_length))
                 metrics.update(perf_metrics(batch, metrics, cfg.world_size, hf_config, cfg.actor.ppo_epochs,
-                                            summarise(roles.actor.device_stats())))
+                                            summarise(roles.actor.device_stats()), cfg.actor.lora.rank > 0))
                 metrics.update(health(step, metrics))
                 logger.log(step, metrics)
                 samples.log_step(step, batch, metrics)

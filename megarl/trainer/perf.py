@@ -20,8 +20,10 @@ def peak_flops(device_name: str) -> float | None:
     return next((flops for fragment, flops in PEAK_BF16_FLOPS.items() if fragment in device_name), None)
 
 
-def training_flops(hf_config, sequence_lengths: list[int]) -> float:
-    """FLOPs of one forward and backward pass over sequences of these lengths."""
+def training_flops(hf_config, sequence_lengths: list[int], frozen_weights: bool = False) -> float:
+    """FLOPs of one forward and backward pass over sequences of these lengths. `frozen_weights` (a LoRA actor): the
+    backward computes no weight gradients of the base, 4 FLOPs per weight and token instead of 6 (the adapters'
+    own are negligible)."""
     hidden, layers = hf_config.hidden_size, hf_config.num_hidden_layers
     heads, kv_heads = hf_config.num_attention_heads, hf_config.num_key_value_heads
     head_dim = getattr(hf_config, "head_dim", None) or hidden // heads
@@ -30,7 +32,7 @@ def training_flops(hf_config, sequence_lengths: list[int]) -> float:
     tokens = sum(sequence_lengths)
     # causal attention: QKᵀ and AV over half the square, ×3 for forward + backward
     attention = 6 * layers * heads * head_dim * sum(n * n for n in sequence_lengths)
-    return 6 * matmul_params * tokens + attention
+    return (4 if frozen_weights else 6) * matmul_params * tokens + attention
 
 
 def device_stats() -> dict:
@@ -78,7 +80,7 @@ def _largest(per_rank: list[dict], window: str, kind: str) -> int | None:
 
 
 def perf_metrics(batch: Batch, metrics: dict[str, float], world_size: int, hf_config, ppo_epochs: int,
-                 device: dict) -> dict[str, float]:
+                 device: dict, frozen_weights: bool = False) -> dict[str, float]:
     """`device`: the actor ranks' `summarise`d `device_stats`."""
     lengths = [len(p) + int(r) for p, r in zip(batch["prompt_ids"], batch["response_mask"].sum(-1).tolist())]
     step_s = metrics["timing_s/step"]
@@ -89,6 +91,6 @@ def perf_metrics(batch: Batch, metrics: dict[str, float], world_size: int, hf_co
         out["perf/max_memory_allocated_gb"] = device["max_memory_allocated_gb"]
     peak = peak_flops(device["name"])
     if peak and "timing_s/update_actor" in metrics:
-        flops = training_flops(hf_config, lengths) * ppo_epochs
+        flops = training_flops(hf_config, lengths, frozen_weights) * ppo_epochs
         out["perf/mfu/actor"] = flops / (metrics["timing_s/update_actor"] * world_size * peak)
     return out

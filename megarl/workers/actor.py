@@ -24,7 +24,7 @@ class ActorWorker(TrainedWorker):
         join_mesh(inputs.model)
         self.inputs = inputs
         self.model = build_actor(inputs.model.path, inputs.model.megatron, inputs.optim, inputs.total_steps,
-                                 bf16=torch.cuda.is_available())
+                                 bf16=torch.cuda.is_available(), lora=inputs.lora, seed=inputs.model.seed)
 
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
     def compute_log_prob(self, batch: Batch) -> Batch:
@@ -38,6 +38,14 @@ class ActorWorker(TrainedWorker):
         if entropy:
             columns["entropys"] = response_values(batch, computed["entropy"])
         return Batch(columns)
+
+    @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
+    def compute_ref_log_prob(self, batch: Batch) -> Batch:
+        """A LoRA actor as the reference policy: `ref_log_prob` [B, R] of the base model (adapters disabled)."""
+        seqs = sequences(batch)
+        groups = self.inputs.reference_log_prob.split([len(s) for s in seqs])
+        logprobs = self.model.base_logprobs(seqs, groups, temperature=self.inputs.temperature)["logprobs"]
+        return Batch({"ref_log_prob": response_values(batch, logprobs)})
 
     @worker_method(collect=Collect.ALL)
     def device_stats(self) -> dict:

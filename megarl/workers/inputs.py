@@ -10,7 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from megarl.config.schema import ActorConfig, CriticConfig, MegaRLConfig, MegatronConfig, OptimConfig, RolloutConfig
+from megarl.config.schema import (
+    ActorConfig,
+    CriticConfig,
+    LoRAConfig,
+    MegaRLConfig,
+    MegatronConfig,
+    OptimConfig,
+    RolloutConfig,
+)
 from megarl.config.rm_schema import RMConfig
 from megarl.config.sft_schema import SFTConfig
 from megarl.models.packing import MicroBatching
@@ -68,6 +76,8 @@ class ActorInputs:
     update: UpdateSchedule
     loss: PolicyLoss
     log_prob_entropy: bool = False  # the log-prob pass also returns per-token `entropys` (for the sample logs)
+    lora: Optional[LoRAConfig] = None  # None: full fine-tuning
+    reference_log_prob: Optional[MicroBatching] = None  # a LoRA actor serves as the reference: its batching
 
 
 @dataclass(frozen=True)
@@ -104,7 +114,8 @@ class RolloutInputs:
 
 @dataclass(frozen=True)
 class RoleInputs:
-    """Every RL role's inputs; the critic's and the reference's are None when the recipe runs without them."""
+    """Every RL role's inputs; the critic's and the reference's are None when the recipe runs without them (or, for
+    the reference, when the LoRA actor serves as it)."""
 
     actor: ActorInputs
     rollout: RolloutInputs
@@ -141,7 +152,8 @@ def actor_inputs(cfg: MegaRLConfig, total_steps: int) -> ActorInputs:
         MicroBatching(actor.use_dynamic_bsz, actor.log_prob_micro_batch_size_per_gpu,
                       actor.log_prob_max_token_len_per_gpu),
         _update_schedule(actor, cfg.rollout.n, cfg.data.max_response_length), PolicyLoss.of(actor),
-        cfg.trainer.samples_logged)
+        cfg.trainer.samples_logged, actor.lora if actor.lora.rank else None,
+        _reference_log_prob(cfg) if cfg.use_reference and not cfg.reference_model else None)
 
 
 def critic_inputs(cfg: MegaRLConfig, total_steps: int) -> CriticInputs:
@@ -153,12 +165,14 @@ def critic_inputs(cfg: MegaRLConfig, total_steps: int) -> CriticInputs:
         _update_schedule(critic, cfg.rollout.n, cfg.data.max_response_length), critic.cliprange_value)
 
 
-def reference_inputs(cfg: MegaRLConfig) -> ReferenceInputs:
+def _reference_log_prob(cfg: MegaRLConfig) -> MicroBatching:
     """Micro-batched like the actor's log-prob pass (the `ref` section has no use_dynamic_bsz of its own)."""
-    return ReferenceInputs(
-        _policy_model(cfg), logprob_temperature(cfg.rollout),
-        MicroBatching(cfg.actor.use_dynamic_bsz, cfg.ref.log_prob_micro_batch_size_per_gpu,
-                      cfg.ref.log_prob_max_token_len_per_gpu))
+    return MicroBatching(cfg.actor.use_dynamic_bsz, cfg.ref.log_prob_micro_batch_size_per_gpu,
+                         cfg.ref.log_prob_max_token_len_per_gpu)
+
+
+def reference_inputs(cfg: MegaRLConfig) -> ReferenceInputs:
+    return ReferenceInputs(_policy_model(cfg), logprob_temperature(cfg.rollout), _reference_log_prob(cfg))
 
 
 def reward_model_inputs(cfg: MegaRLConfig) -> RewardModelInputs:
@@ -177,7 +191,7 @@ def role_inputs(cfg: MegaRLConfig, total_steps: int) -> RoleInputs:
     """The inputs of the roles the recipe runs."""
     return RoleInputs(actor_inputs(cfg, total_steps), rollout_inputs(cfg),
                       critic_inputs(cfg, total_steps) if cfg.use_critic else None,
-                      reference_inputs(cfg) if cfg.use_reference else None,
+                      reference_inputs(cfg) if cfg.reference_model else None,
                       reward_model_inputs(cfg) if cfg.reward.model.path else None)
 
 

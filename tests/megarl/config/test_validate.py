@@ -200,3 +200,18 @@ def test_ptx_needs_both_its_coefficient_and_its_data():
     assert one_problem("actor.ptx_coef=1.0").startswith("actor.ptx_coef=1.0 needs pretraining data")
     assert "leaves it unused" in one_problem("data.ptx_files=[text.parquet]")
     assert one_problem("actor.ptx_coef=-1").startswith("actor.ptx_coef=-1.0 must be ≥ 0")
+
+
+def test_lora_settings():
+    cfg = load_config(overrides=["actor.lora.rank=8", "actor.use_kl_loss=true"])
+    assert cfg.actor.lora.rank == 8 and cfg.use_reference and not cfg.reference_model  # the actor serves as it
+    assert "actor.lora.rank must be >= 0" in one_problem("actor.lora.rank=-1")
+    assert "actor.lora.alpha must be > 0" in one_problem("actor.lora.rank=8", "actor.lora.alpha=0")
+    assert "actor.lora.dropout must be in [0, 1)" in one_problem("actor.lora.rank=8", "actor.lora.dropout=1.0")
+    msg = one_problem("actor.lora.rank=8", "actor.lora.target_modules=[q_proj]")
+    assert "'q_proj' is a HF name" in msg and "write linear_qkv" in msg
+    assert "unknown layer 'mlp'" in one_problem("actor.lora.rank=8", "actor.lora.target_modules=[mlp]")
+    assert "is empty" in one_problem("actor.lora.rank=8", "actor.lora.target_modules=[]")
+    msg = one_problem("actor.lora.rank=8", "actor.megatron.param_offload=true")
+    assert "param_offload does not apply to a LoRA actor" in msg
+    load_config(overrides=["actor.lora.rank=0", "actor.lora.target_modules=[q_proj]"])  # off: not checked

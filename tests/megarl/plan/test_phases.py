@@ -117,3 +117,25 @@ def test_a_critic_with_its_own_gpus_is_planned_there(inputs_for):
     critic_values = plan.phase("values", "critic")
     assert critic_values.part("actor weights") == 0 and critic_values.part("critic weights") > 0
     assert [h.pool for h in plan.hosts] == ["trainer", "critic"]
+
+
+def test_a_lora_actor_trains_only_its_adapters_and_is_its_own_reference(inputs_for):
+    """Gradients and optimizer state shrink from the model's P parameters to the adapters' T; the adapters' weights
+    join the model's; no reference copy visits the GPU, though its pass remains."""
+    recipe = ["actor.megatron.optimizer_offload=false"]
+    full = inputs_for(*recipe, gpu_gib=1000.0)
+    lora = inputs_for(*recipe, "actor.lora.rank=32", gpu_gib=1000.0)
+    states = role_states(lora)
+    assert "reference" not in states and "reference" in role_states(full)
+    actor = states["actor"]
+    shape = lora.policy
+    assert actor.adapters == shape.lora_gpu_parameters(4, 1, 32, ["linear_qkv", "linear_proj", "linear_fc1",
+                                                                   "linear_fc2"])
+    p, t = actor.parameters, actor.adapters
+    assert 0 < t < p // 50
+    before, after = plan_memory(full), plan_memory(lora)
+    reference_weights = 2 * p
+    saved = (4 + 12 // actor.optimizer_shards) * (p - t) - 2 * t  # gradients and Adam move to T, T's weights join
+    assert drops(before, after)["update_actor"] == saved
+    assert drops(before, after)["ref"] == saved + reference_weights
+    assert after.phase("ref") is not None
