@@ -22,6 +22,11 @@ DIST_WORKER = REPO_ROOT / "tests" / "megarl" / "models" / "dist_worker.py"
 LAYOUTS = {"tp2": (2, 1, 1), "pp2": (1, 2, 1), "cp2": (1, 1, 2), "dp2": (1, 1, 1)}  # name: (tp, pp, cp)
 
 
+def max_abs(a, b) -> float:
+    """The largest |a − b| over two lists of equal-length lists of numbers."""
+    return max(abs(x - y) for p, q in zip(a, b) for x, y in zip(p, q))
+
+
 def make_tokenizer(out_dir: Path, corpus: list[str] | None = None, vocab_size: int = 400):
     """A byte-level BPE tokenizer with a ChatML chat template, saved in `out_dir` and loaded back."""
     from megarl.models.tokenizer import DEFAULT_CORPUS, build_tokenizer

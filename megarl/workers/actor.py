@@ -3,6 +3,8 @@ update machinery, per-token loss weights included, is in `megarl/workers/updates
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.distributed as dist
 from megatron.core import parallel_state
@@ -12,7 +14,7 @@ from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
 from megarl.models.roles import build_actor
 from megarl.trainer.perf import device_stats
 from megarl.workers import TrainedWorker, join_mesh
-from megarl.workers.columns import response_values, sequences
+from megarl.workers.columns import reference_columns, response_values, sequences
 from megarl.workers.inputs import ActorInputs
 from megarl.workers.updates import pack_groups, pack_mini_batch, ppo_epochs, reduce_metrics
 from parallel.batch import Batch
@@ -42,10 +44,8 @@ class ActorWorker(TrainedWorker):
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
         """A LoRA actor as the reference policy: `ref_log_prob` [B, R] of the base model (adapters disabled)."""
-        seqs = sequences(batch)
-        groups = self.inputs.reference_log_prob.split([len(s) for s in seqs])
-        logprobs = self.model.base_logprobs(seqs, groups, temperature=self.inputs.temperature)["logprobs"]
-        return Batch({"ref_log_prob": response_values(batch, logprobs)})
+        return reference_columns(batch, self.inputs.reference_log_prob.split,
+                                 partial(self.model.base_logprobs, temperature=self.inputs.temperature))
 
     @worker_method(collect=Collect.ALL)
     def device_stats(self) -> dict:

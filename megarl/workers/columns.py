@@ -4,7 +4,7 @@ t + 1, as megarl/models/forward.py returns log-probs and values and as packed to
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -26,6 +26,14 @@ def response_values(batch: Batch, per_sequence: Sequence[torch.Tensor]) -> torch
         start = len(prompt) - 1
         out[i, :length] = values[start : start + length].float().cpu()
     return out
+
+
+def reference_columns(batch: Batch, split: Callable, logprobs: Callable) -> Batch:
+    """`ref_log_prob` [B, R]: `logprobs(sequences, micro_batches)` of the reference policy, micro-batched by
+    `split` (a `MicroBatching.split`)."""
+    seqs = sequences(batch)
+    per_sequence = logprobs(seqs, split([len(s) for s in seqs]))["logprobs"]
+    return Batch({"ref_log_prob": response_values(batch, per_sequence)})
 
 
 def at_next_token_positions(batch: Batch, values: torch.Tensor) -> list[torch.Tensor]:

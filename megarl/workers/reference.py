@@ -3,11 +3,13 @@ says why), for the KL penalty or loss."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
 from megarl.models.roles import build_reference
 from megarl.workers import join_mesh
-from megarl.workers.columns import response_values, sequences
+from megarl.workers.columns import reference_columns
 from megarl.workers.inputs import ReferenceInputs
 from parallel.batch import Batch
 from parallel.dispatch import Collect, Dispatch, worker_method
@@ -23,7 +25,5 @@ class ReferenceWorker(Worker):
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
         """`ref_log_prob` [B, R] at the rollout temperature; the weights visit the GPU for this pass only."""
-        seqs = sequences(batch)
-        groups = self.inputs.log_prob.split([len(s) for s in seqs])
-        logprobs = self.model.logprobs(seqs, groups, temperature=self.inputs.temperature)["logprobs"]
-        return Batch({"ref_log_prob": response_values(batch, logprobs)})
+        return reference_columns(batch, self.inputs.log_prob.split,
+                                 partial(self.model.logprobs, temperature=self.inputs.temperature))

@@ -64,13 +64,19 @@ def hf_logprobs(model_dir, seqs, dtype, device):
     return out
 
 
-def main():
+def layout_parser() -> argparse.ArgumentParser:
+    """MODEL_DIR OUT_JSON --tp T --pp P --cp C: what the layout workers take."""
     parser = argparse.ArgumentParser()
     parser.add_argument("model_dir")
     parser.add_argument("out")
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--pp", type=int, default=1)
     parser.add_argument("--cp", type=int, default=1)
+    return parser
+
+
+def main():
+    parser = layout_parser()
     parser.add_argument("--bf16", action="store_true")
     parser.add_argument("--length-scale", type=int, default=1)
     args = parser.parse_args()

@@ -8,7 +8,6 @@ changed. With --checkpoint it saves a training checkpoint after the step, then l
 reports that actor's log-probs.
 """
 
-import argparse
 import json
 
 import torch
@@ -19,7 +18,7 @@ from megarl.config.schema import LoRAConfig, MegatronConfig, OptimConfig
 from megarl.models.checkpoint import load_training_checkpoint, save_training_checkpoint
 from megarl.models.roles import build_actor
 from parallel import topology
-from tests.megarl.models.dist_worker import my_micro_batches, packed, response_masks, sequences
+from tests.megarl.models.dist_worker import layout_parser, my_micro_batches, packed, response_masks, sequences
 
 LENGTHS = (9, 14, 6, 11, 8, 13, 7, 10)
 LORA = LoRAConfig(rank=4, alpha=8.0)
@@ -80,12 +79,7 @@ def build(model_dir, args, lora=LORA):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("model_dir")
-    parser.add_argument("out")
-    parser.add_argument("--tp", type=int, default=1)
-    parser.add_argument("--pp", type=int, default=1)
-    parser.add_argument("--cp", type=int, default=1)
+    parser = layout_parser()
     parser.add_argument("--checkpoint", default=None)
     args = parser.parse_args()
     topology.init_distributed(timeout_s=300)

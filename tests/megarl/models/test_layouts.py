@@ -3,7 +3,7 @@ the weights after an optimizer step (CPU, gloo, 2 processes, fp32), and matches 
 
 import pytest
 
-from tests.helpers import LAYOUTS, make_model, run_layout
+from tests.helpers import LAYOUTS, make_model, max_abs, run_layout
 
 FAMILY_LAYOUTS = {"qwen2": ["tp2", "pp2", "cp2", "dp2"], "qwen3": ["tp2", "pp2", "cp2"], "llama": ["tp2", "pp2"]}
 
@@ -17,10 +17,6 @@ def family_runs(request, tmp_path_factory):
     for name in FAMILY_LAYOUTS[family]:
         runs[name] = run_layout(model_dir, root / f"{name}.json", *LAYOUTS[name], nproc=2)
     return family, runs
-
-
-def max_abs(a, b):
-    return max(abs(x - y) for p, q in zip(a, b) for x, y in zip(p, q))
 
 
 def test_matches_hf_and_round_trips(family_runs):

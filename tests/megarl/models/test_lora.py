@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from megarl.plan.shape import ModelShape
-from tests.helpers import ENV, LAYOUTS, REPO_ROOT, make_model, run_command
+from tests.helpers import ENV, LAYOUTS, REPO_ROOT, make_model, max_abs, run_command
 from tests.megarl.models.dist_worker import sequences
 
 WORKER = REPO_ROOT / "tests/megarl/models/lora_worker.py"
@@ -37,10 +37,6 @@ def runs(tmp_path_factory):
     for name in ("pp2", "cp2", "dp2"):
         results[name] = run_worker(model_dir, root / f"{name}.json", LAYOUTS[name], 2)
     return root, results
-
-
-def max_abs(a, b):
-    return max(abs(x - y) for p, q in zip(a, b) for x, y in zip(p, q))
 
 
 def test_zero_b_is_the_base_model_and_the_reference(runs):
