@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from parallel import memory, topology
+from parallel import memory, profiler, topology
 from parallel.batch import Batch
 from parallel.dispatch import Collect, RankLayout, worker_method
 
@@ -42,6 +42,16 @@ class Worker:
         """This process's device-wide GPU and host memory peaks in each wall-clock window (parallel/memory.py):
         any role answers for the process that hosts it."""
         return memory.peaks(windows)
+
+    @worker_method(collect=Collect.ALL)
+    def start_profile(self) -> None:
+        """Record this process (every role it hosts) with torch's profiler until `stop_profile`."""
+        profiler.start()
+
+    @worker_method(collect=Collect.ALL)
+    def stop_profile(self, directory: str) -> str:
+        """Write this process's recording to `directory`/rank_NNNNN.json; returns the file."""
+        return profiler.stop(os.path.join(directory, f"rank_{dist.get_rank():05d}.json"))
 
 
 _HOST: "WorkerHost | None" = None  # this process's host: there is one per worker process
@@ -105,7 +115,8 @@ class WorkerHost:
         return self.roles[name].layout()
 
     def call(self, name: str, method: str, args: tuple, kwargs: dict) -> Any:
-        return to_cpu(getattr(self.roles[name], method)(*args, **kwargs))
+        with torch.profiler.record_function(f"{name}.{method}"):  # a named range in a profiled step's trace
+            return to_cpu(getattr(self.roles[name], method)(*args, **kwargs))
 
     def run(self, what: str, keep: bool, *args) -> tuple[str, Any]:
         """The one entry point of both backends: host method `what`, returning ("ok", result) or ("error",

@@ -304,6 +304,9 @@ class TrainerConfig(RunConfig):
     log_samples: int = 4
     rollout_data_dir: Optional[str] = None
     validation_data_dir: Optional[str] = None
+    # Steps recorded with torch's profiler: a Chrome trace per worker process and the step's phase timeline in
+    # {output_dir}/profile/step_k/ (megarl/trainer/profiling.py). Empty: none.
+    profile_steps: List[int] = field(default_factory=list)
 
     @property
     def samples_logged(self) -> bool:

@@ -105,6 +105,7 @@ def _check_sizes(cfg: MegaRLConfig, problems: list[str]) -> None:
         positive["data.val_batch_size"] = cfg.data.val_batch_size
     if cfg.trainer.max_ckpt_to_keep is not None:
         positive["trainer.max_ckpt_to_keep"] = cfg.trainer.max_ckpt_to_keep
+    positive.update({f"trainer.profile_steps[{i}]": step for i, step in enumerate(cfg.trainer.profile_steps)})
     for role in ("actor", "critic"):
         positive.update(megatron_sizes(f"{role}.megatron", getattr(cfg, role).megatron))
     check_positive(problems, positive)

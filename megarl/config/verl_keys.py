@@ -40,6 +40,7 @@ VERL_RENAMES = {
     "reward_model.forward_max_token_len_per_gpu": "reward.model.max_token_len_per_gpu",
     "trainer.default_local_dir": "trainer.output_dir",
     "data.seed": "trainer.seed",
+    "global_profiler.steps": "trainer.profile_steps",
     "actor_rollout_ref.model.lora_rank": "actor.lora.rank",
     "actor_rollout_ref.model.lora_alpha": "actor.lora.alpha",
     "actor_rollout_ref.model.target_modules": "actor.lora.target_modules",

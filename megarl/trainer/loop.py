@@ -28,6 +28,7 @@ from megarl.trainer.checkpoint import Checkpointer, find_resume_checkpoint, save
 from megarl.trainer.health import HealthMonitor, HealthStop
 from megarl.trainer.metrics import MetricsLogger, check_loggers
 from megarl.trainer.perf import memory_metrics, perf_metrics, summarise
+from megarl.trainer.profiling import StepProfiler
 from megarl.trainer.ptx import pretraining_columns, pretraining_loader
 from megarl.trainer.samples import SampleLog
 from megarl.trainer.sampling import StepSampler
@@ -93,10 +94,12 @@ class RLStep:
         self.algorithm = cfg.algorithm
         self.max_logprob_mult_error = cfg.rollout.max_logprob_mult_error
         self.critic_warmup = cfg.trainer.critic_warmup
+        self.windows: dict[str, tuple[float, float]] = {}  # the last step's phases (wall clock), for its timeline
 
     def __call__(self, step: int, prompts: Iterator[dict]) -> tuple[Batch, dict[str, float]]:
         """One step on prompts drawn from `prompts` (one loader batch, or more with dynamic sampling)."""
         roles, metrics, windows = self.roles, {}, {}
+        self.windows = windows
         phase = partial(timed, metrics, windows=windows)
         batch, reward_metrics = self.sample(step, prompts, phase)  # gen, gen_max and reward
         roles.rollout.release()
@@ -183,6 +186,8 @@ def train(cfg: MegaRLConfig) -> None:
         rl_step = RLStep(roles, cfg, score, kl_controller, endless(ptx) if ptx else None)
         health = HealthMonitor(cfg.trainer.health, tell)
         samples = SampleLog(cfg.trainer, cfg.reward, tokenizer, cluster.is_driver, start)
+        profile = StepProfiler(cfg.trainer.profile_steps, cfg.trainer.output_dir,
+                               [r for r in (roles.actor, roles.critic) if r is not None], cluster.is_driver)
         validate = partial(validation, validator, roles.rollout, score, samples) if validator else None
         with MetricsLogger(cfg, steps, cluster.is_driver, start_step=start) as logger:
             roles.rollout.sync_weights()  # after the load: the engine serves the restored actor
@@ -191,8 +196,9 @@ def train(cfg: MegaRLConfig) -> None:
             batches = endless(loader)
             for step in range(start + 1, steps + 1):
                 metrics: dict[str, float] = {}
-                with timed(metrics, "step"):
+                with timed(metrics, "step"), profile(step):
                     batch, step_metrics = rl_step(step, batches)
+                profile.write_timeline(step, rl_step.windows)
                 metrics.update(step_metrics)
                 if validate and validates_at(step, steps, cfg.trainer.test_freq):
                     with timed(metrics, "testing"):
