@@ -1,0 +1,179 @@
+"""A recipe's real RL step on random weights of a named shape (responses run to full length), phase by phase against
+its FLOP floor at the GPU's dense bf16 peak, and generation against standalone SGLang on the same prompts in the same
+run. Appends one row (`what: rl-step`) to --out. With --profile-step k, step k also writes its traces
+(trainer.profile_steps) and is left out of the medians.
+
+    python benchmarks/rl_step.py --recipe recipes/qwen2_5_0_5b_ppo_gsm8k.yaml --shape qwen2.5-0.5b --steps 4 \\
+        --data data/gsm8k --out $OUT/rl_step.json [--profile-step 3] [--set key=value ...]
+
+The step runs under torchrun on the recipe's `trainer.n_gpus_per_node` GPUs (validation, checkpoints and sample logs
+off). Each phase's floor counts the dense matmul and causal-attention FLOPs of its passes over the step's tokens
+(forward 2·N per token, an update 6·N, 4·N for a LoRA actor; megarl/trainer/perf.py), at the peak of every GPU of the
+run; `mfu` = floor / measured. Medians are over the steps after the first (which compiles and warms up); --steps must
+leave at least one.
+Standalone SGLang generates for as many prompts of the same data, n samples each, to the same length, with the
+recipe's engine settings and memory share, after the run has ended.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+ENGINE = {"attention_backend": "triton", "sampling_backend": "pytorch", "cuda_graph_max_bs_decode": 64}
+FORWARD_PHASES = {"old_log_prob": "actor", "ref": "actor", "values": "critic"}
+UPDATE_PHASES = {"update_actor": "actor", "update_critic": "critic"}
+
+
+def prepare(args, work: Path) -> tuple[Path, Path]:
+    from megarl.data.preprocess import preprocess
+    from megarl.models.init_model import write_model
+
+    import torch
+
+    model = work / args.shape
+    if not (model / "config.json").exists():
+        write_model(args.shape, model, dtype=torch.bfloat16)
+    if not (work / "gsm8k/train.parquet").exists():
+        preprocess("gsm8k", str(args.data), work / "gsm8k")
+    return model, work / "gsm8k/train.parquet"
+
+
+def overrides(args, model: Path, train: Path, out_dir: Path) -> list[str]:
+    engine = [f"rollout.engine_kwargs.{k}={v}" for k, v in ENGINE.items()]
+    profile = [f"trainer.profile_steps=[{args.profile_step}]"] if args.profile_step else []
+    return [f"model.path={model}", f"data.train_files=[{train}]", "data.val_files=[]",
+            f"trainer.total_training_steps={args.steps}", "trainer.save_freq=-1", "trainer.test_freq=-1",
+            "trainer.val_before_train=false", "trainer.log_samples=0", f"trainer.output_dir={out_dir}", *engine,
+            *profile, *args.set]
+
+
+def run_steps(args, cfg, ov: list[str]) -> list[dict]:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(cfg.trainer.n_gpus_per_node),
+           "-m", "megarl.train", "--recipe", str(args.recipe), *ov]
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        print(proc.stdout[-3000:] + proc.stderr[-8000:])
+        raise SystemExit(proc.returncode)
+    out_dir = Path(next(o.split("=", 1)[1] for o in ov if o.startswith("trainer.output_dir=")))
+    return [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def median(values: list[float]) -> float:
+    values = sorted(values)
+    return values[len(values) // 2]
+
+
+def phase_floors(cfg, hf_config, steps: list[dict], peak: float) -> dict[str, dict]:
+    """Per phase: the median time, its FLOP floor at `peak` × GPUs and their ratio."""
+    from megarl.trainer.perf import training_flops
+
+    tokens = median([s["perf/total_num_tokens"] for s in steps])
+    sequences = cfg.data.train_batch_size * cfg.rollout.n
+    lengths = [int(tokens / sequences)] * sequences
+    full = training_flops(hf_config, lengths)
+    lora = training_flops(hf_config, lengths, frozen_weights=True)
+    floors = {name: full / 3 for name in FORWARD_PHASES}
+    floors["update_actor"] = (lora if cfg.actor.lora.rank else full) * cfg.actor.ppo_epochs
+    floors["update_critic"] = full * cfg.critic.ppo_epochs
+    out = {}
+    for name, flops in floors.items():
+        key = f"timing_s/{name}"
+        if all(key in s for s in steps):
+            seconds = median([s[key] for s in steps])
+            floor = flops / (peak * cfg.world_size)
+            out[name] = {"s": seconds, "floor_s": floor, "mfu": floor / seconds}
+    for name in ("gen", "reward", "adv", "update_weights"):
+        if all(f"timing_s/{name}" in s for s in steps):
+            out[name] = {"s": median([s[f"timing_s/{name}"] for s in steps])}
+    return out
+
+
+def standalone_sglang(cfg, model: Path, train: Path, prompts: int) -> dict:
+    """SGLang alone on one engine over the run's GPUs: the first `prompts` training prompts, rollout.n samples each,
+    to data.max_response_length tokens, timed after a warm-up round."""
+    import sglang
+    from transformers import AutoTokenizer
+
+    from megarl.data.dataset import RLDataset
+
+    dataset = RLDataset.from_config([str(train)], AutoTokenizer.from_pretrained(model), cfg.data)
+    requests = [list(dataset[i]["prompt_ids"]) for i in range(prompts) for _ in range(cfg.rollout.n)]
+    engine = sglang.Engine(model_path=str(model), tp_size=cfg.rollout.tensor_model_parallel_size,
+                           mem_fraction_static=cfg.rollout.gpu_memory_utilization, skip_tokenizer_init=True,
+                           dtype="bfloat16", log_level="error", **ENGINE)
+    sampling = {"temperature": cfg.rollout.temperature, "max_new_tokens": cfg.data.max_response_length}
+    try:
+        engine.generate(input_ids=requests, sampling_params=sampling)  # warm-up: kernels, CUDA graphs
+        start = time.perf_counter()
+        outputs = engine.generate(input_ids=requests, sampling_params=sampling)
+        seconds = time.perf_counter() - start
+    finally:
+        engine.shutdown()
+    generated = sum(o["meta_info"]["completion_tokens"] for o in outputs)
+    return {"gen_s": seconds, "gen_tokens": generated, "gen_tokens_per_s": generated / seconds}
+
+
+def summary(cfg, hf_config, metrics: list[dict], peak: float | None) -> dict:
+    # After the first step (warm-up), and without a profiled one (the profiler slows it).
+    steps = [m for m in metrics if m.get("step", 0) > 1 and m["step"] not in cfg.trainer.profile_steps]
+    responses = median([s["response_length/mean"] for s in steps]) * cfg.data.train_batch_size * cfg.rollout.n
+    gen_s = median([s["timing_s/gen"] for s in steps])
+    phases = phase_floors(cfg, hf_config, steps, peak) if peak else {
+        name: {"s": median([s[key] for s in steps])} for key in steps[0] if key.startswith("timing_s/")
+        for name in [key.split("/", 1)[1]]}
+    return {"steps_measured": len(steps), "step_s_median": median([s["timing_s/step"] for s in steps]),
+            "tokens_per_s_per_gpu": median([s["perf/throughput"] for s in steps]), "phases": phases,
+            "gen_tokens_per_s": responses / gen_s,
+            "logprob_mult_error": [s.get("rollout/logprob_mult_error") for s in steps]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--recipe", type=Path, required=True)
+    parser.add_argument("--shape", required=True, help="a megarl.models.shapes.SHAPES name (random weights)")
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--profile-step", type=int, default=None, help="write that step's traces (trainer.profile_steps)")
+    parser.add_argument("--no-standalone", action="store_true", help="skip the standalone SGLang baseline")
+    parser.add_argument("--set", nargs="*", default=[], help="more recipe overrides")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/rl_step"))
+    parser.add_argument("--data", type=Path, default=REPO.parent / "shared/data/gsm8k")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+
+    import torch
+
+    from rl_memory import append_row
+    from megarl.config import load_config
+    from megarl.models.bridge import load_hf_config
+    from megarl.trainer.perf import peak_flops
+
+    args.work.mkdir(parents=True, exist_ok=True)
+    model, train = prepare(args, args.work)
+    ov = overrides(args, model, train, args.work / f"run-{int(time.time())}")
+    cfg = load_config(args.recipe, ov)
+    metrics = run_steps(args, cfg, ov)
+    cuda = torch.cuda.is_available()
+    row = {"date": datetime.date.today().isoformat(), "commit": os.environ.get("MEGARL_COMMIT", "unknown"),
+           "machine": os.environ.get("MEGARL_MACHINE", "unknown"), "what": "rl-step", "recipe": str(args.recipe),
+           "command": "python benchmarks/rl_step.py " + " ".join(sys.argv[1:]), "model_shape": args.shape,
+           "dtype": "bf16" if cuda else "fp32", "gpus_used": cfg.world_size, "backend": cfg.rollout.name,
+           "batch": cfg.data.train_batch_size, "n": cfg.rollout.n, "response_len": cfg.data.max_response_length,
+           **summary(cfg, load_hf_config(model), metrics, peak_flops(torch.cuda.get_device_name()) if cuda else None)}
+    if cuda and not args.no_standalone:
+        row["baseline"] = {"standalone_sglang": standalone_sglang(cfg, model, train, cfg.data.train_batch_size)}
+        row["gen_vs_standalone"] = row["gen_tokens_per_s"] / row["baseline"]["standalone_sglang"]["gen_tokens_per_s"]
+    return append_row(args.out, row, 0, "")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
