@@ -1,6 +1,6 @@
 """The README's main job, end to end on CPU: `launch/tiny_cpu.sh` makes the bundled arithmetic data and a tiny
-random model, SFT-warm-starts it (once), then GRPO and PPO each raise the mean training reward from ≤ 0.4 to
-≥ 0.8 under Ray and under torchrun; greedy validation rises with them. GRPO's metrics are identical under the
+random model, SFT-warm-starts it (once), then GRPO (under Ray and under torchrun) and PPO raise the mean training
+reward from ≤ 0.4 to ≥ 0.8; greedy validation rises with them. GRPO's metrics are identical under the
 two launchers. DAPO (dynamic sampling, overlong shaping) raises greedy validation the same way. No training-health
 check fires in these healthy runs. RLHF trains a reward model on ranked samples and PPO against it alone. GRPO with
 LoRA adapters alone learns as well, its reference the actor without them."""
@@ -38,8 +38,9 @@ def assert_healthy(steps):
     assert {"health/grad_norm", "health/entropy_collapse", "health/val_stall"} <= steps[-1].keys()
 
 
-@pytest.mark.parametrize("launcher", ["ray", "torchrun"])
-@pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
+# GRPO under both launchers (their metrics must be identical); PPO under Ray (its torchrun run added CI time and
+# nothing GRPO's does not check).
+@pytest.mark.parametrize("algorithm, launcher", [("grpo", "ray"), ("grpo", "torchrun"), ("ppo", "ray")])
 def test_reward_rises(workdir, algorithm, launcher):
     steps, validation = run_recipe(workdir, algorithm, launcher)
     scores = [s["critic/score/mean"] for s in steps]

@@ -4,7 +4,9 @@ megatron's own local `DotProductAttention` materialises the s×s score matrix an
 sequences nor context parallelism. This module is swapped in through the layer spec instead:
 - causal attention through `scaled_dot_product_attention` (flash / memory-efficient kernels on GPU), with
   grouped-query attention handled by the kernel;
-- packed sequences (THD: `PackedSeqParams.cu_seqlens_*`), attending within each sequence only;
+- packed sequences (THD: `PackedSeqParams.cu_seqlens_*`), attending within each sequence only: on a GPU in one call
+  of torch's FlashAttention varlen kernel (`torch.nn.attention.varlen.varlen_attn`), elsewhere one SDPA call per
+  sequence (a loop that, on a GPU, spent seconds per step on the host: cuDNN builds a graph for every new length);
 - context parallelism: each CP rank holds, of every sequence, the two load-balanced chunks megatron uses
   (chunk r and chunk 2·cp−1−r of 2·cp); keys and values are all-gathered across the CP group, and each query
   chunk attends to the keys up to its own end with a lower-right-aligned causal mask.
@@ -12,6 +14,7 @@ sequences nor context parallelism. This module is swapped in through the layer s
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import torch
@@ -22,6 +25,13 @@ from megatron.core.transformer.module import MegatronModule
 from torch.nn.attention.bias import causal_lower_right
 
 from megarl.models.packing import sequence_in_global_order
+
+try:  # torch >= 2.9; its causal and grouped-query arguments changed between releases
+    from torch.nn.attention.varlen import varlen_attn
+
+    _VARLEN_ARGS = set(inspect.signature(varlen_attn).parameters)
+except ImportError:
+    varlen_attn, _VARLEN_ARGS = None, set()
 
 
 class _AllGatherCP(torch.autograd.Function):
@@ -86,9 +96,23 @@ class SDPAttention(MegatronModule):
             cu_seqlens = packed_seq_params.cu_seqlens_q
         lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()
         cp = 1 if self.cp_group is None else self.cp_group.size()
+        if cp == 1 and query.is_cuda and varlen_attn is not None and dropout == 0:
+            return self._varlen(query, key, value, cu_seqlens, max(lengths))
         if cp == 1:
             return self._packed(query, key, value, lengths, dropout)
         return self._packed_context_parallel(query, key, value, lengths, cp, dropout)
+
+    def _varlen(self, query, key, value, cu_seqlens, longest: int):
+        """Every packed sequence in one FlashAttention call: [t, h, d] → [t, h·d]."""
+        kwargs = {"window_size": (-1, 0)} if "window_size" in _VARLEN_ARGS else {"is_causal": True}
+        if query.shape[1] != key.shape[1]:
+            if "enable_gqa" in _VARLEN_ARGS:
+                kwargs["enable_gqa"] = True
+            else:
+                key, value = (x.repeat_interleave(query.shape[1] // x.shape[1], dim=1) for x in (key, value))
+        cu = cu_seqlens.to(device=query.device, dtype=torch.int32)
+        out = varlen_attn(query, key, value, cu, cu, longest, longest, scale=self.softmax_scale, **kwargs)
+        return out.reshape(out.shape[0], -1)
 
     def _packed(self, query, key, value, lengths, dropout):
         outs, start = [], 0

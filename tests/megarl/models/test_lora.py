@@ -1,5 +1,5 @@
 """LoRA on the megatron actor (megarl/models/lora.py), CPU, gloo, fp32: with B at zero the actor is the base model
-and its reference; every layout (TP2, PP2, CP2, DP2) computes what one rank computes, before and after an update;
+and its reference; every layout (TP2, PP2, CP2) computes what one rank computes, before and after an update;
 only the adapters train; a training checkpoint holds the adapters alone and resumes exactly; `megarl export` merges
 them into HF weights that transformers and PEFT's own loader reproduce."""
 
@@ -34,7 +34,7 @@ def runs(tmp_path_factory):
     model_dir = make_model("qwen3", root / "model")  # tied embeddings, QK norms
     results = {"single": run_worker(model_dir, root / "single.json", (1, 1, 1), 1)}
     results["tp2"] = run_worker(model_dir, root / "tp2.json", LAYOUTS["tp2"], 2, "--checkpoint", str(root / "ckpt"))
-    for name in ("pp2", "cp2", "dp2"):
+    for name in ("pp2", "cp2"):
         results[name] = run_worker(model_dir, root / f"{name}.json", LAYOUTS[name], 2)
     return root, results
 
