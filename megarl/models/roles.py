@@ -48,10 +48,6 @@ class RoleModel:
         """A context in which the weights are on the GPU (for a caller reading `named_parameters` or a checkpoint)."""
         return self.state.weights_in_use()
 
-    @property
-    def has_adapters(self) -> bool:
-        return any(True for chunk in self.chunks for _ in adapter_layers(chunk))
-
     def logprobs(self, sequences, micro_batches, temperature=1.0, with_entropy=False):
         with self.weights_in_use():
             return compute_logprobs(self.chunks, sequences, micro_batches, temperature, with_entropy,
@@ -98,6 +94,8 @@ class RoleModel:
 
     def export_hf(self):
         """Stream (HF name, tensor); every rank of the model-parallel group must iterate it to the end."""
+        if self.bridge.adapter is not None:
+            raise NotImplementedError("a LoRA model exports merged, at one rank: megarl/models/lora_export.py")
         with self.weights_in_use():
             yield from export_hf_weights(self.bridge, self.chunks)
 
