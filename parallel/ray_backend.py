@@ -24,6 +24,8 @@ from parallel.worker import WorkerHost
 
 PLACEMENT_TIMEOUT_S = float(os.environ.get("MEGARL_PLACEMENT_TIMEOUT_S", "300"))
 GRACEFUL_SHUTDOWN_S = 60.0
+PROCESS_DIED = "the worker process died"
+ROOT_CAUSE_WAIT_S = 3.0  # after a rank's error, how long a peer's process death may take to reach the driver
 
 
 KEEP_VISIBLE_DEVICES = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
@@ -124,10 +126,11 @@ class RayWorkerGroup(WorkerGroup):
             try:
                 outcome = ray.get(done[0])
             except RayActorError as e:
-                outcome = ("error", f"the worker process died: {e}")
+                outcome = ("error", f"{PROCESS_DIED}: {e}")
             except RayError as e:
                 outcome = ("error", str(e))
             if outcome[0] == "error":
+                rank, outcome = _root_cause(pending, rank, outcome)
                 # The other ranks may wait in a collective for the failed one: stop them all now.
                 self.shutdown(graceful=False)
                 raise WorkerError(label[0], label[1], rank, self.where[rank], outcome[1])
@@ -148,3 +151,19 @@ class RayWorkerGroup(WorkerGroup):
         for group in getattr(self, "placement_groups", []):
             remove_placement_group(group)
         self.actors, self.placement_groups = [], []
+
+
+def _root_cause(pending: dict, rank: int, outcome: tuple) -> tuple[int, tuple]:
+    """The failure to report: a rank whose process died is the cause that a peer's broken collective follows from,
+    and Ray may learn of the death after the peer's error arrives, so wait briefly for one."""
+    if outcome[1].startswith(PROCESS_DIED):
+        return rank, outcome
+    done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=ROOT_CAUSE_WAIT_S)
+    for ref in done:
+        try:
+            ray.get(ref)
+        except RayActorError as e:
+            return pending[ref], ("error", f"{PROCESS_DIED}: {e}")
+        except RayError:
+            continue
+    return rank, outcome
