@@ -68,15 +68,20 @@ def held_model_files(out: str | Path) -> list[Path]:
     return sorted([*out.glob("*.safetensors"), *out.glob("*.safetensors.index.json"), *out.glob("config.json")])
 
 
+def replace_hf_checkpoint(tensors: Iterable[tuple[str, torch.Tensor]], out: str | Path, metadata: str | Path) -> None:
+    """Write `tensors` as the model in `out` (replacing the model files already there: --force, called once the
+    checkpoint has loaded, so no stale shards are left beside it), with `metadata`'s config and tokenizer files."""
+    from megarl.models.checkpoint import copy_hf_metadata
+
+    for path in held_model_files(out):
+        path.unlink()
+    write_hf_checkpoint(tensors, out)
+    copy_hf_metadata(metadata, out)
+
+
 def export_checkpoint(checkpoint: str | Path, out: str | Path, tp: int = 1, pp: int = 1,
                       adapter_out: str | Path | None = None, base_model: str | Path | None = None) -> None:
-    from megarl.models.checkpoint import (
-        CheckpointError,
-        checkpoint_lora,
-        checkpoint_role,
-        copy_hf_metadata,
-        load_model_checkpoint,
-    )
+    from megarl.models.checkpoint import CheckpointError, checkpoint_lora, checkpoint_role, load_model_checkpoint
     from megarl.models.lora_export import export_lora_checkpoint
     from megarl.models.roles import build_frozen
     from parallel import topology
@@ -97,10 +102,7 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, tp: int = 1, pp: 
     load_model_checkpoint(model, checkpoint)
     tensors = model.export_hf()
     if dist.get_rank() == 0:
-        for path in held_model_files(out):  # --force, once the checkpoint has loaded: no stale shards beside it
-            path.unlink()
-        write_hf_checkpoint(tensors, out)
-        copy_hf_metadata(hf_dir, out)
+        replace_hf_checkpoint(tensors, out, hf_dir)
     else:
         for _ in tensors:
             pass

@@ -71,6 +71,13 @@ class _LoRA:
         sharded = self.lora_B if self.split_dim == 0 else self.lora_A
         set_tensor_model_parallel_attributes(sharded, is_parallel=True, dim=self.split_dim, stride=1)
 
+    def _adapted(self, output: torch.Tensor, input_: torch.Tensor, combine) -> torch.Tensor:
+        """`output` plus the adapter's s·B A dropout(x); `combine` is the tensor-parallel mapping of A's output."""
+        if not self.adapters_enabled:
+            return output
+        hidden = combine(F.linear(self.lora_dropout(input_), self.lora_A), group=self.tp_group)
+        return output + self.adapter.scaling * F.linear(hidden, self.lora_B)
+
     def merged_weight(self) -> torch.Tensor:
         """This rank's shard of W + s·B A (a new tensor: the weight itself is never changed)."""
         delta = self.lora_B.float() @ self.lora_A.float()
@@ -111,11 +118,7 @@ class LoRAColumnParallelLinear(_LoRA, ColumnParallelLinear):
 
     def forward(self, input_, weight=None, runtime_gather_output=None):
         output, bias = super().forward(input_, weight, runtime_gather_output)
-        if self.adapters_enabled:
-            hidden = F.linear(self.lora_dropout(input_), self.lora_A)
-            hidden = copy_to_tensor_model_parallel_region(hidden, group=self.tp_group)
-            output = output + self.adapter.scaling * F.linear(hidden, self.lora_B)
-        return output, bias
+        return self._adapted(output, input_, copy_to_tensor_model_parallel_region), bias
 
     def sharded_state_dict(self, prefix="", sharded_offsets=(), metadata=None):
         state = make_sharded_tensors_for_checkpoint(
@@ -140,11 +143,7 @@ class LoRARowParallelLinear(_LoRA, RowParallelLinear):
 
     def forward(self, input_):
         output, bias = super().forward(input_)
-        if self.adapters_enabled:
-            hidden = F.linear(self.lora_dropout(input_), self.lora_A)
-            hidden = reduce_from_tensor_model_parallel_region(hidden, group=self.tp_group)
-            output = output + self.adapter.scaling * F.linear(hidden, self.lora_B)
-        return output, bias
+        return self._adapted(output, input_, reduce_from_tensor_model_parallel_region), bias
 
     def sharded_state_dict(self, prefix="", sharded_offsets=(), metadata=None):
         return make_sharded_tensors_for_checkpoint(

@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 
 from megarl.config.schema import LoRAConfig, MegatronConfig
 from megarl.models.bridge import load_hf_config
-from megarl.models.checkpoint import CheckpointError, checkpoint_lora, copy_hf_metadata, load_model_checkpoint
+from megarl.models.checkpoint import CheckpointError, checkpoint_lora, load_model_checkpoint
 from megarl.models.roles import build_frozen
 from megarl.models.to_hf import AttentionShape, megatron_to_hf
 
@@ -29,7 +29,7 @@ def export_lora_checkpoint(checkpoint: str | Path, out: str | Path, adapter_out:
                            base_model: str | Path | None = None) -> None:
     """Write the merged model to `out` and the PEFT adapter to `adapter_out` (one process, tensor and pipeline
     parallel size 1). `base_model` overrides the base directory the checkpoint recorded."""
-    from megarl.models.export import held_model_files, write_hf_checkpoint
+    from megarl.models.export import replace_hf_checkpoint
 
     settings, recorded = checkpoint_lora(checkpoint)
     base = Path(base_model or recorded)
@@ -40,12 +40,9 @@ def export_lora_checkpoint(checkpoint: str | Path, out: str | Path, adapter_out:
     load_model_checkpoint(model, checkpoint)
     hf_config = load_hf_config(base)
     attention, tied = AttentionShape.of(hf_config), bool(getattr(hf_config, "tie_word_embeddings", False))
-    for path in held_model_files(out):  # --force, once the checkpoint has loaded: no stale shards beside it
-        path.unlink()
     merged = ((hf_name, tensor) for name, weight in model.named_parameters()
               for hf_name, tensor, _ in megatron_to_hf(name, weight, attention, tied))
-    write_hf_checkpoint(merged, out)
-    copy_hf_metadata(Path(checkpoint) / "hf", out)
+    replace_hf_checkpoint(merged, out, Path(checkpoint) / "hf")
     write_peft_adapter(model, adapter_out, settings, base, attention)
 
 

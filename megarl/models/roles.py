@@ -86,11 +86,7 @@ class RoleModel:
                 yield global_name(module, name), tensor
 
     def named_adapters(self) -> Iterator[tuple[str, object]]:
-        """This rank's LoRA layers, by their global names (e.g. `decoder.layers.3.self_attention.linear_qkv`)."""
-        for chunk in self.chunks:
-            module = unwrap_model(chunk)
-            for name, layer in adapter_layers(module):
-                yield global_name(module, name), layer
+        return named_adapters(self.chunks)
 
     def export_hf(self):
         """Stream (HF name, tensor); every rank of the model-parallel group must iterate it to the end."""
@@ -101,6 +97,14 @@ class RoleModel:
 
 
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
+
+
+def named_adapters(chunks: list) -> Iterator[tuple[str, object]]:
+    """This rank's LoRA layers, by their global names (e.g. `decoder.layers.3.self_attention.linear_qkv`)."""
+    for chunk in chunks:
+        module = unwrap_model(chunk)
+        for name, layer in adapter_layers(module):
+            yield global_name(module, name), layer
 
 
 def global_name(module, name: str) -> str:
@@ -144,9 +148,8 @@ def build_actor(hf_path, megatron: MegatronConfig, optim: OptimConfig, total_ste
     LoRA adapters train, drawn from `seed` the same in every parallel layout."""
     bridge, model = _build(hf_path, megatron, trainable=True, value_head=False, bf16=bf16, load_weights=load_weights,
                            lora=lora)
-    if bridge.adapter is not None:
-        init_adapters(((global_name(unwrap_model(c), n), layer) for c in model
-                       for n, layer in adapter_layers(unwrap_model(c))), seed)
+    if bridge.adapter is not None:  # before the optimizer copies the weights into its fp32 master parameters
+        init_adapters(named_adapters(model), seed)
     return _trained("actor", bridge, model, optim, megatron, total_steps, bf16)
 
 
