@@ -54,7 +54,7 @@ def run_recipe_command(argv: Sequence[str] | None, schema: RecipeSchema, descrip
     parser.add_argument("--help-keys", action="store_true", help="list every config key with its default")
     parser.add_argument("--verbose", action="store_true", help="keep every library warning and progress bar")
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     if args.verbose:
         be_verbose()
     if args.help_keys:

@@ -32,7 +32,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="plan this model shape (megarl.models.shapes) instead of model.path's config.json")
     parser.add_argument("--layers", type=int, help="replace the model's layer count (benchmark shapes)")
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value")
-    return parser.parse_args(argv)
+    return parser.parse_intermixed_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -27,6 +27,11 @@ def test_dry_run_writes_the_resolved_config(runnable, tmp_path, capsys):
     assert load_config(written) == load_config(overrides=runnable)
 
 
+def test_overrides_may_come_before_and_after_the_options(runnable, tmp_path):
+    assert main([*runnable[:3], "--dry-run", *runnable[3:]]) == 0
+    assert load_config(tmp_path / "run" / "config.yaml") == load_config(overrides=runnable)
+
+
 def test_bad_input_is_an_error_naming_the_key(runnable, tmp_path, capsys):
     assert main(["--dry-run", *runnable, "rollout.nn=3"]) == 2
     assert "unknown key 'rollout.nn'. Did you mean rollout.n" in capsys.readouterr().err

@@ -52,6 +52,14 @@ def test_a_directory_holding_only_config_json_and_fewer_layers(capsys, tmp_path)
     assert f"model: {tmp_path}/config.json with 18 layers: 18 layers" in out
 
 
+def test_overrides_on_both_sides_of_the_options(capsys):
+    code, out, _ = plan(capsys, "actor.megatron.tensor_model_parallel_size=2", "--shape", "qwen3-8b",
+                        "--gpu-memory", "80", "--host-memory", "512", "rollout.tensor_model_parallel_size=2",
+                        "trainer.n_gpus_per_node=2")
+    assert code == 0
+    assert "1 node(s) × 2 GPUs; actor TP 2" in out
+
+
 def test_wrong_recipes_and_options_exit_2(capsys, tmp_path, monkeypatch):
     code, _, err = plan(capsys, f"model.path={tmp_path}", "--gpu-memory", "80")
     assert code == 2 and "config.json" in err and "--shape NAME" in err

@@ -1,0 +1,39 @@
+"""`megarl plan`'s prediction for a measured run, phase by phase, as a `what: plan` row: the plan of the run's own
+config (its model.path's config.json) against each phase's measured device-wide peak and the node's host peak."""
+
+from __future__ import annotations
+
+import datetime
+
+from megarl.plan.calibration import GIB
+from megarl.plan.inputs import plan_inputs
+from megarl.plan.phases import plan_memory
+
+
+def error(predicted: float, measured: float) -> float:
+    return round((predicted - measured) / measured, 3)
+
+
+def plan_row(cfg, measured: dict, gpu_gib: float, host_gib: float) -> dict:
+    """`measured`: a `what: memory` row of benchmarks/rl_memory.py (its `memory_gb` in GB, ballast subtracted)."""
+    inputs, source = plan_inputs(cfg, gpu_gib, host_gib)
+    plan = plan_memory(inputs)
+    phases = {}
+    for phase in plan.phases:
+        key = f"memory/{phase.name}/peak_gb"
+        if measured["memory_gb"].get(key):
+            measured_gib = measured["memory_gb"][key] * 1e9 / GIB
+            phases[phase.name] = {"predicted_gib": round(phase.total / GIB, 2), "measured_gib": round(measured_gib, 2),
+                                  "error": error(phase.total / GIB, measured_gib)}
+    host = {}
+    if measured["memory_gb"].get("memory/host/peak_gb"):
+        host_measured = measured["memory_gb"]["memory/host/peak_gb"] * 1e9 / GIB
+        host = {"predicted_gib": round(plan.hosts[0].total / GIB, 2), "measured_gib": round(host_measured, 2),
+                "error": error(plan.hosts[0].total / GIB, host_measured)}
+    return {"date": datetime.date.today().isoformat(), "commit": measured["commit"], "machine": measured["machine"],
+            "what": "plan", "command": measured["command"] + "   (the plan of the run's own config, in the same script)",
+            "model_shape": measured["model_shape"], "layers": measured["layers"], "tp": measured["tp"],
+            "gpus_used": measured["gpus_used"], "offload": measured["offload"], "lora_rank": measured["lora_rank"],
+            "measured_row": measured["label"], "plan_source": source, "gpu_gib": gpu_gib, "fits": plan.fits,
+            "kv_cache_tokens": plan.kv_cache_tokens, "phases": phases, "host_node": host,
+            "within_10_percent": all(abs(p["error"]) <= 0.10 for p in phases.values())}
