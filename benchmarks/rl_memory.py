@@ -40,7 +40,8 @@ OFFLOAD_KEYS = ("optimizer", "param", "grad")
 
 def offload_overrides(offload: str) -> list[str]:
     """--offload: none, all, or a comma-separated list of optimizer, param, grad (the others off)."""
-    keys = {"none": (), "all": OFFLOAD_KEYS}.get(offload) or offload.split(",")
+    named = {"none": (), "all": OFFLOAD_KEYS}
+    keys = named[offload] if offload in named else offload.split(",")
     unknown = set(keys) - set(OFFLOAD_KEYS)
     if unknown:
         raise SystemExit(f"--offload {offload}: {', '.join(sorted(unknown))} is none of {', '.join(OFFLOAD_KEYS)}")
