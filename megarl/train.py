@@ -15,6 +15,7 @@ from megarl.recipe_command import run_recipe_command
 from megarl.rewards.function import RewardFunctionSpecError, load_reward_function
 from megarl.rewards.scorer import RewardFunctionError
 from megarl.trainer.health import HealthStop
+from megarl.trainer.recovery import EngineFailure
 from parallel.controller import WorkerError
 
 
@@ -64,7 +65,7 @@ def main(argv: Sequence[str] | None = None, gpu_gib: float | None = None) -> int
     return run_recipe_command(argv, RL_RECIPE, "Run an RL recipe. Overrides use dotted keys: "
                               "megarl train --recipe R.yaml rollout.n=8",
                               check=partial(check_runnable, gpu_gib=gpu_gib), describe=describe_placement, run=run,
-                              failures=(WorkerError, RewardFunctionError, HealthStop))
+                              failures=(WorkerError, RewardFunctionError, HealthStop, EngineFailure))
 
 
 if __name__ == "__main__":

@@ -24,12 +24,30 @@ from parallel.dispatch import RankLayout, check_layouts, collect_results, dispat
 LAUNCHERS = ("auto", "ray", "torchrun")
 
 
+class RecoverableError(RuntimeError):
+    """A worker failure that leaves every rank able to go on: raised outside any collective, with the process
+    group intact (e.g. a rollout engine whose scheduler died). The backends let the other ranks finish the call and
+    keep the workers, so the driver may recover; any other failure stops them."""
+
+
 class WorkerError(RuntimeError):
     """A worker method raised (or its process died); carries the role, rank and the remote traceback."""
 
     def __init__(self, role: str, method: str, rank: int, where: str, remote_traceback: str):
         self.role, self.method, self.rank, self.where, self.remote_traceback = role, method, rank, where, remote_traceback
         super().__init__(f"{role}.{method} failed on rank {rank} ({where}):\n{remote_traceback.rstrip()}")
+
+    @property
+    def cause(self) -> str:
+        """The remote exception's last line, e.g. 'megarl.rollout.base.EngineDied: ...'."""
+        lines = self.remote_traceback.strip().splitlines()
+        return lines[-1] if lines else ""
+
+    def raised(self, exception: type[BaseException]) -> bool:
+        """Whether the worker raised `exception` (by its qualified name: the class itself stays remote)."""
+        name = exception.__qualname__ if exception.__module__ == "builtins" else \
+            f"{exception.__module__}.{exception.__qualname__}"
+        return self.cause == name or self.cause.startswith(f"{name}:")
 
 
 @dataclass(frozen=True)
@@ -100,9 +118,9 @@ class RoleHandle:
 
 
 def raise_if_failed(outcome: tuple[str, Any], label: tuple[str, str], rank: int, where: str) -> Any:
-    """The value of a host's ("ok", value), or `WorkerError` for ("error", traceback)."""
+    """The value of a host's ("ok", value), or `WorkerError` for ("error" or "recoverable", traceback)."""
     status, value = outcome
-    if status == "error":
+    if status != "ok":
         raise WorkerError(label[0], label[1], rank, where, value)
     return value
 

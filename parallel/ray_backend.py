@@ -120,6 +120,7 @@ class RayWorkerGroup(WorkerGroup):
             for rank, (actor, args, keep) in enumerate(zip(self.actors, per_rank, wanted))
         }
         results: list = [None] * len(self.actors)
+        recoverable: tuple[int, tuple] | None = None  # the first, raised once every rank has answered
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
             rank = pending.pop(done[0])
@@ -129,12 +130,18 @@ class RayWorkerGroup(WorkerGroup):
                 outcome = ("error", f"{PROCESS_DIED}: {e}")
             except RayError as e:
                 outcome = ("error", str(e))
+            if outcome[0] == "recoverable":
+                recoverable = recoverable or (rank, outcome)
+                continue
             if outcome[0] == "error":
                 rank, outcome = _root_cause(pending, rank, outcome)
                 # The other ranks may wait in a collective for the failed one: stop them all now.
                 self.shutdown(graceful=False)
                 raise WorkerError(label[0], label[1], rank, self.where[rank], outcome[1])
             results[rank] = outcome[1]
+        if recoverable is not None:
+            rank, outcome = recoverable
+            raise WorkerError(label[0], label[1], rank, self.where[rank], outcome[1])
         return results
 
     def shutdown(self, graceful: bool = True) -> None:

@@ -38,13 +38,15 @@ class SpmdWorkerGroup(WorkerGroup):
         return f"{socket.gethostname()} pid {os.getpid()}"
 
     def run(self, what: str, per_rank: Sequence[tuple], wanted: Sequence[bool], label: tuple[str, str]) -> list:
-        mine = raise_if_failed(self.host.run(what, wanted[self.rank], *per_rank[self.rank]), label, self.rank,
-                               self._where())
+        """Every rank's outcome is gathered before any is raised, so a failure on one rank is raised on all of them
+        alike (the driver code may recover from it, e.g. a dead rollout engine) instead of leaving the others
+        waiting in the next collective."""
+        mine = self.host.run(what, wanted[self.rank], *per_rank[self.rank])
         if self.control is None:
-            return [mine]
+            return [raise_if_failed(mine, label, self.rank, self._where())]
         gathered = [None] * self.world_size
-        dist.all_gather_object(gathered, mine, group=self.control)
-        return gathered
+        dist.all_gather_object(gathered, (mine, self._where()), group=self.control)
+        return [raise_if_failed(outcome, label, rank, where) for rank, (outcome, where) in enumerate(gathered)]
 
     def from_driver(self, fn):
         """Rank 0 computes `fn()` and broadcasts the result, or the exception it raised, which every rank raises."""

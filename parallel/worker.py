@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from parallel import memory, profiler, topology
 from parallel.batch import Batch
+from parallel.controller import RecoverableError
 from parallel.dispatch import Collect, RankLayout, worker_method
 
 
@@ -121,9 +122,12 @@ class WorkerHost:
     def run(self, what: str, keep: bool, *args) -> tuple[str, Any]:
         """The one entry point of both backends: host method `what`, returning ("ok", result) or ("error",
         traceback). Failures come back as data so that both backends report them the same way; a result
-        the driver does not need (`keep` false) is not sent back."""
+        the driver does not need (`keep` false) is not sent back; a RecoverableError comes back as ("recoverable",
+        traceback)."""
         try:
             result = getattr(self, what)(*args)
+        except RecoverableError:
+            return "recoverable", traceback.format_exc()
         except Exception:
             return "error", traceback.format_exc()
         return "ok", result if keep else None

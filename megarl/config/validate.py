@@ -13,8 +13,8 @@ from megarl.config.loader import ConfigError
 from megarl.config.schema import MegaRLConfig, MegatronConfig, RunConfig
 from megarl.data.dataset import TRUNCATIONS
 from megarl.models.shapes import heads_split_problem
+from megarl.plugins import spec_problems
 from megarl.registry import did_you_mean
-from megarl.rewards.function import RewardFunctionSpecError, check_reward_function_spec
 from megarl.rollout import ROLLOUT_BACKENDS
 from parallel.controller import LAUNCHERS
 
@@ -56,7 +56,10 @@ def _check_choices(cfg: MegaRLConfig, problems: list[str]) -> None:
     check_choice(problems, "actor.loss_agg_mode", cfg.actor.loss_agg_mode, LOSS_AGG_MODES)
     if cfg.critic.loss_agg_mode != cfg.actor.loss_agg_mode:
         check_choice(problems, "critic.loss_agg_mode", cfg.critic.loss_agg_mode, LOSS_AGG_MODES)
-    check_choice(problems, "rollout.name", cfg.rollout.name, ROLLOUT_BACKENDS.names())
+    if ":" in cfg.rollout.name:  # user code: 'path/to/file.py:Class'
+        problems += spec_problems(cfg.rollout.name, "rollout.name")
+    else:
+        check_choice(problems, "rollout.name", cfg.rollout.name, ROLLOUT_BACKENDS.names())
     check_choice(problems, "trainer.resume_mode", cfg.trainer.resume_mode, RESUME_MODES)
     for role in ("actor", "critic"):
         section = getattr(cfg, role)
@@ -68,10 +71,7 @@ def _check_choices(cfg: MegaRLConfig, problems: list[str]) -> None:
     if cfg.trainer.resume_mode == "resume_path" and not cfg.trainer.resume_from_path:
         problems.append("trainer.resume_mode=resume_path needs trainer.resume_from_path=<checkpoint dir>")
     if cfg.reward.function is not None:
-        try:
-            check_reward_function_spec(cfg.reward.function)
-        except RewardFunctionSpecError as e:
-            problems.append(str(e))
+        problems += spec_problems(cfg.reward.function, "reward.function")
 
 
 def _check_sizes(cfg: MegaRLConfig, problems: list[str]) -> None:

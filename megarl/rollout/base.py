@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from megarl.registry import Registry
+from parallel.controller import RecoverableError
 
 if TYPE_CHECKING:  # the config's validator imports this registry
     from megarl.config.schema import RolloutConfig
@@ -59,6 +60,25 @@ class Response:
     token_ids: list[int]
     logprobs: list[float]  # log p(token) under the sampling temperature, before top-k/top-p truncation
     finish_reason: str  # "stop" (end-of-sequence or a stop token, which is kept) | "length"
+
+
+class EngineDied(RecoverableError):
+    """The engine's generation processes died (e.g. a scheduler killed by the OOM killer or a GPU fault); the
+    engine object is unusable and the rollout role builds a new one (megarl/trainer/recovery.py). The trainer's
+    process group is intact, so the workers go on."""
+
+
+def rollout_backend(name: str) -> type[RolloutEngine]:
+    """The engine class `rollout.name` names: a registered backend, or user code as 'path/to/file.py:Class' or
+    'package.module:Class' (a RolloutEngine subclass)."""
+    if ":" not in name:
+        return ROLLOUT_BACKENDS.get(name)
+    from megarl.plugins import PluginSpecError, load_named
+
+    cls = load_named(name, "rollout.name", "class")
+    if not (isinstance(cls, type) and issubclass(cls, RolloutEngine)):
+        raise PluginSpecError(f"rollout.name={name!r} is not a subclass of megarl.rollout.RolloutEngine")
+    return cls
 
 
 class EngineMemory:

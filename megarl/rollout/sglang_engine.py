@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
 
 import torch
 import torch.distributed as dist
 
 from megarl.models.shapes import heads_split_problem
-from megarl.rollout.base import KV_CACHE, MEMORY_TAGS, ROLLOUT_BACKENDS, Response, RolloutEngine, SamplingParams
+from megarl.rollout.base import (KV_CACHE, MEMORY_TAGS, ROLLOUT_BACKENDS, EngineDied, Response, RolloutEngine,
+                                 SamplingParams)
 
 SGLANG_VOCAB_PADDING = 64  # SGLang pads the vocabulary to this multiple before splitting it over TP ranks
 _QKV = re.compile(r"(.*\.self_attn\.)([qkv])_proj\.(weight|bias)$")
@@ -70,7 +72,7 @@ class SGLangEngine(RolloutEngine):
         steps = {b - a for a, b in zip(local_devices, local_devices[1:])}
         if len(steps) > 1 or (steps and steps.pop() <= 0):
             raise ValueError(f"an engine's GPUs must be evenly spaced and increasing, got {list(local_devices)}")
-        self.engine = None
+        self.engine, self.died, self.in_call = None, None, False
         if dist.get_rank() == self.engine_ranks[0]:
             import sglang
 
@@ -81,6 +83,7 @@ class SGLangEngine(RolloutEngine):
                 model_path=model_path, tp_size=tp, base_gpu_id=local_devices[0], gpu_id_step=step,
                 mem_fraction_static=mem_fraction_static, enable_memory_saver=True, skip_tokenizer_init=True,
                 dtype=dtype, random_seed=seed, port=free_port(), log_level="error",
+                custom_sigquit_handler=self._child_died,
             )
             args.update(engine_kwargs or {})
             # Under torchrun this variable makes every process group rendezvous through torchrun's store, which
@@ -92,6 +95,26 @@ class SGLangEngine(RolloutEngine):
                 if agent_store is not None:
                     os.environ["TORCHELASTIC_USE_AGENT_STORE"] = agent_store
             self.deterministic = bool(args.get("enable_deterministic_inference", False))
+
+    def _child_died(self, signum, frame) -> None:
+        """SGLang's subprocess watchdog signals (SIGQUIT) this process when a scheduler or the detokenizer exits
+        abnormally; its own handler would kill this process, and the trainer with it. Here the engine is marked
+        dead, and a call waiting on it raises EngineDied (the signal handler runs in the main thread, where the
+        call waits)."""
+        self.died = "an SGLang scheduler or detokenizer process exited abnormally (killed, out of memory, a GPU fault)"
+        if self.in_call:
+            raise EngineDied(self.died)
+
+    @contextmanager
+    def _engine_call(self) -> Iterator[None]:
+        """Around every call into the engine on the owner: EngineDied, not a wait on dead processes."""
+        if self.died:
+            raise EngineDied(self.died)
+        self.in_call = True
+        try:
+            yield
+        finally:
+            self.in_call = False
 
     @classmethod
     def from_config(cls, rollout, model_path, *, engine_ranks, group, local_devices, hf_config,
@@ -124,7 +147,9 @@ class SGLangEngine(RolloutEngine):
         if self.is_owner:
             named = [(name, LocalSerializedTensor(values=[rank_parts[i][1] for rank_parts in gathered]))
                      for i, (name, _) in enumerate(mine)]
-            success, message = self.engine.update_weights_from_tensor(named, load_format="direct", flush_cache=False)
+            with self._engine_call():
+                success, message = self.engine.update_weights_from_tensor(named, load_format="direct",
+                                                                          flush_cache=False)
             if not success:
                 raise RuntimeError(f"SGLang refused the weights: {message}")
         if len(self.engine_ranks) > 1:
@@ -134,14 +159,16 @@ class SGLangEngine(RolloutEngine):
     def release_memory(self, tags: Sequence[str] = MEMORY_TAGS) -> None:
         super().release_memory(tags)
         if self.is_owner:
-            self.engine.release_memory_occupation(tags=list(tags))
+            with self._engine_call():
+                self.engine.release_memory_occupation(tags=list(tags))
 
     def resume_memory(self, tags: Sequence[str] = MEMORY_TAGS) -> None:
         super().resume_memory(tags)
         if self.is_owner:
-            self.engine.resume_memory_occupation(tags=list(tags))
-            if KV_CACHE in tags:
-                self.engine.flush_cache()  # cached prefixes point into memory that was given away
+            with self._engine_call():
+                self.engine.resume_memory_occupation(tags=list(tags))
+                if KV_CACHE in tags:
+                    self.engine.flush_cache()  # cached prefixes point into memory that was given away
 
     def check_weights(self, action: str) -> tuple[bool, str]:
         """SGLang's weight checker on the owner: "snapshot", "reset_tensors" (poison them), "compare" (against
@@ -164,17 +191,26 @@ class SGLangEngine(RolloutEngine):
         if params.seed is not None and self.deterministic:  # per-sample seeds (SGLang uses them only then)
             requests = [list(p) for p in prompts for _ in range(params.n)]
             per_request = [{**sampling, "sampling_seed": params.seed + i} for i in range(len(requests))]
-            outputs = self.engine.generate(input_ids=requests, sampling_params=per_request, return_logprob=True)
+            with self._engine_call():
+                outputs = self.engine.generate(input_ids=requests, sampling_params=per_request, return_logprob=True)
         else:
-            outputs = self.engine.generate(input_ids=[list(p) for p in prompts],
-                                           sampling_params={**sampling, "n": params.n}, return_logprob=True)
+            with self._engine_call():
+                outputs = self.engine.generate(input_ids=[list(p) for p in prompts],
+                                               sampling_params={**sampling, "n": params.n}, return_logprob=True)
         responses = [_response(out) for out in outputs]
         return [responses[i * params.n : (i + 1) * params.n] for i in range(len(prompts))]
 
     def shutdown(self) -> None:
-        if self.engine is not None:
+        if self.engine is None:
+            return
+        if self.died:  # only what is left of this engine: SGLang's own shutdown ends every child of this process
+            from sglang.srt.utils import kill_process_tree
+
+            for pid in self.engine.get_all_child_pids():
+                kill_process_tree(pid, wait_timeout=60)  # reaped: its GPU memory is free for the next engine
+        else:
             self.engine.shutdown()
-            self.engine = None
+        self.engine = None
 
 
 def _response(output: dict) -> Response:

@@ -29,6 +29,7 @@ from megarl.trainer.health import HealthMonitor, HealthStop
 from megarl.trainer.metrics import MetricsLogger, check_loggers
 from megarl.trainer.perf import memory_metrics, perf_metrics, summarise
 from megarl.trainer.profiling import StepProfiler
+from megarl.trainer.recovery import RecoveringRollout
 from megarl.trainer.ptx import pretraining_columns, pretraining_loader
 from megarl.trainer.samples import SampleLog
 from megarl.trainer.sampling import StepSampler
@@ -81,7 +82,8 @@ def spawn_roles(cluster, cfg: MegaRLConfig, steps: int) -> Roles:
                                                                                  inputs.reference)
     critic = spawn("critic", CriticWorker, inputs.critic)
     reward_model = spawn("reward_model", RewardModelWorker, inputs.reward_model)
-    return Roles(actor, spawn("rollout", RolloutWorker, inputs.rollout), critic, reference, reward_model)
+    rollout = RecoveringRollout(spawn("rollout", RolloutWorker, inputs.rollout), tell)
+    return Roles(actor, rollout, critic, reference, reward_model)
 
 
 class RLStep:
@@ -130,6 +132,7 @@ class RLStep:
                 metrics.update(roles.actor.update_actor(update)[0])
         with phase("update_weights"):
             metrics.update(roles.rollout.sync_weights())
+        metrics["rollout/engine_restarts"] = roles.rollout.restarts
         return batch, {**metrics, **reward_metrics, **kl_metrics, **gate, **self.memory(windows)}
 
     def memory(self, windows: dict[str, tuple[float, float]]) -> dict[str, float]:

@@ -9,7 +9,7 @@ from megatron.core import parallel_state
 
 from megarl.models.bridge import load_hf_config
 from megarl.models.to_hf import AttentionShape, megatron_to_hf
-from megarl.rollout.base import KV_CACHE, MEMORY_TAGS, ROLLOUT_BACKENDS, WEIGHTS, SamplingParams
+from megarl.rollout.base import KV_CACHE, MEMORY_TAGS, WEIGHTS, RolloutEngine, SamplingParams, rollout_backend
 from megarl.rollout.batch import with_responses
 from megarl.workers.inputs import RolloutInputs
 from parallel.batch import Batch
@@ -24,16 +24,21 @@ class RolloutWorker(Worker):
         self.inputs = inputs
         self.actor = actor = colocated(actor_role).model
         self.placement = place_engines(inputs.train_tp, inputs.rollout.tensor_model_parallel_size)
-        slot = self.placement.slot
-        hf_config = load_hf_config(inputs.model_path)
-        self.engine = ROLLOUT_BACKENDS.get(inputs.rollout.name).from_config(
-            inputs.rollout, inputs.model_path, engine_ranks=slot.engine_ranks, group=self.placement.group,
-            local_devices=self.placement.local_devices, hf_config=hf_config, seed=inputs.seed + slot.engine)
+        self.hf_config = hf_config = load_hf_config(inputs.model_path)
+        self.engine = self._build_engine()
         attention, tied = AttentionShape.of(hf_config), bool(getattr(hf_config, "tie_word_embeddings", False))
         self.streamer = WeightStreamer(actor.named_parameters, lambda name, t: megatron_to_hf(name, t, attention, tied),
-                                       slot, self.placement.slots,
+                                       self.placement.slot, self.placement.slots,
                                        pp_group=parallel_state.get_pipeline_model_parallel_group())
-        self.engine.release_memory(MEMORY_TAGS)  # the trainer has the GPU until the first sync
+
+    def _build_engine(self) -> RolloutEngine:
+        """This rank's part of its engine, its memory released: the trainer has the GPU until the next sync."""
+        slot, inputs = self.placement.slot, self.inputs
+        engine = rollout_backend(inputs.rollout.name).from_config(
+            inputs.rollout, inputs.model_path, engine_ranks=slot.engine_ranks, group=self.placement.group,
+            local_devices=self.placement.local_devices, hf_config=self.hf_config, seed=inputs.seed + slot.engine)
+        engine.release_memory(MEMORY_TAGS)
+        return engine
 
     def layout(self) -> RankLayout:
         return RankLayout(self.placement.slot.engine, self.placement.engine_count, self.engine.is_owner)
@@ -50,6 +55,18 @@ class RolloutWorker(Worker):
         torch.cuda.empty_cache()  # the sync's buckets, before the KV cache takes its share
         self.engine.resume_memory([KV_CACHE])
         return stats.metrics()
+
+    @worker_method(collect=Collect.RANK_ZERO)
+    def restart_engine(self) -> dict[str, float]:
+        """After the engine died (EngineDied): stop what is left of it, build it again and give it the actor's
+        current weights, on every rank of every engine (the weight stream is collective over the actor's ranks);
+        returns the sync's metrics."""
+        try:
+            self.engine.shutdown()
+        except Exception:  # noqa: BLE001 - a dead engine may fail to stop cleanly; its processes are gone anyway
+            pass
+        self.engine = self._build_engine()
+        return self.sync_weights()
 
     def close(self) -> None:
         self.engine.shutdown()

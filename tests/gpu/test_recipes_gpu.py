@@ -32,13 +32,13 @@ def read_metrics(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def record(row):
+def record(row, name: str = "recipes_gpu.json"):
     out = os.environ.get("MEGARL_RESULTS_DIR")
     if not out:
         return
     row = {"date": datetime.date.today().isoformat(), "commit": os.environ.get("MEGARL_COMMIT", "unknown"),
            "machine": gpu_machine(), "gpus_used": 1, "dtype": "bf16", "backend": "sglang", **row}
-    path = os.path.join(out, "recipes_gpu.json")
+    path = os.path.join(out, name)
     rows = json.load(open(path)) if os.path.exists(path) else []
     with open(path, "w") as f:
         json.dump(rows + [row], f, indent=1)
