@@ -7,7 +7,6 @@ log-prob gate passing after the restart (so the new engine serves the trained we
 Rows for benchmarks/results/ go to $MEGARL_RESULTS_DIR/engine_recovery.json when it is set."""
 
 import json
-import os
 import subprocess
 import sys
 import time
