@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import threading
 from contextlib import contextmanager
 from typing import Any, Iterator, Sequence
 
@@ -115,6 +117,15 @@ class SGLangEngine(RolloutEngine):
             yield
         finally:
             self.in_call = False
+            self._keep_sigquit()
+
+    def _keep_sigquit(self) -> None:
+        """SGLang's tokenizer manager puts a SIGQUIT handler of its own on the engine's event loop at its first
+        request, ignoring `custom_sigquit_handler`; it kills this process. Take the signal back (main thread only:
+        where Python runs signal handlers, and where the engine was built)."""
+        if self.engine is not None and threading.current_thread() is threading.main_thread():
+            self.engine.loop.remove_signal_handler(signal.SIGQUIT)
+            signal.signal(signal.SIGQUIT, self._child_died)
 
     @classmethod
     def from_config(cls, rollout, model_path, *, engine_ranks, group, local_devices, hf_config,
