@@ -101,11 +101,11 @@ class SGLangEngine(RolloutEngine):
     def _child_died(self, signum, frame) -> None:
         """SGLang's subprocess watchdog signals (SIGQUIT) this process when a scheduler or the detokenizer exits
         abnormally; its own handler would kill this process, and the trainer with it. Here the engine is marked
-        dead, and a call waiting on it raises EngineDied (the signal handler runs in the main thread, where the
-        call waits)."""
+        dead, and a call waiting on it is ended by stopping the engine's event loop (an exception raised here would
+        not reach the call: uvloop logs and drops it); `_engine_call` turns the call's failure into EngineDied."""
         self.died = "an SGLang scheduler or detokenizer process exited abnormally (killed, out of memory, a GPU fault)"
         if self.in_call:
-            raise EngineDied(self.died)
+            self.engine.loop.stop()
 
     @contextmanager
     def _engine_call(self) -> Iterator[None]:
@@ -115,6 +115,10 @@ class SGLangEngine(RolloutEngine):
         self.in_call = True
         try:
             yield
+        except Exception as e:
+            if self.died:
+                raise EngineDied(self.died) from e
+            raise
         finally:
             self.in_call = False
             self._keep_sigquit()
