@@ -128,7 +128,8 @@ class SGLangEngine(RolloutEngine):
         request, ignoring `custom_sigquit_handler`; it kills this process. Take the signal back (main thread only:
         where Python runs signal handlers, and where the engine was built)."""
         if self.engine is not None and threading.current_thread() is threading.main_thread():
-            self.engine.loop.remove_signal_handler(signal.SIGQUIT)
+            for loop in {self.engine.loop, self.engine.tokenizer_manager.event_loop} - {None}:
+                loop.remove_signal_handler(signal.SIGQUIT)
             signal.signal(signal.SIGQUIT, self._child_died)
 
     @classmethod
