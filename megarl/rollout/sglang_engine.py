@@ -11,6 +11,7 @@ group, to the owner. Memory is released with `torch_memory_saver` (`enable_memor
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
@@ -126,11 +127,17 @@ class SGLangEngine(RolloutEngine):
     def _keep_sigquit(self) -> None:
         """SGLang's tokenizer manager puts a SIGQUIT handler of its own on the engine's event loop at its first
         request, ignoring `custom_sigquit_handler`; it kills this process. Take the signal back (main thread only:
-        where Python runs signal handlers, and where the engine was built)."""
-        if self.engine is not None and threading.current_thread() is threading.main_thread():
-            for loop in {self.engine.loop, self.engine.tokenizer_manager.event_loop} - {None}:
-                loop.remove_signal_handler(signal.SIGQUIT)
-            signal.signal(signal.SIGQUIT, self._child_died)
+        where Python runs signal handlers, and where the engine was built). uvloop forgets a handler only while its
+        loop runs (a stopped loop's remove_signal_handler returns False), so the removal runs inside the loop."""
+        if self.engine is None or threading.current_thread() is not threading.main_thread():
+            return
+
+        async def remove() -> None:
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGQUIT)
+
+        if not self.died:
+            self.engine.loop.run_until_complete(remove())
+        signal.signal(signal.SIGQUIT, self._child_died)
 
     @classmethod
     def from_config(cls, rollout, model_path, *, engine_ranks, group, local_devices, hf_config,
