@@ -31,9 +31,6 @@ def kill_the_scheduler_after_step_one(proc: subprocess.Popen, metrics, timeout_s
     return time.time()
 
 
-@pytest.mark.xfail(strict=True, reason="open (issue #18): at 6a052ad SGLang 0.5.16's running_phase_sigquit_handler, "
-                   "which the tokenizer manager registers on the engine's event loop, still answers the watchdog's "
-                   "SIGQUIT and kills the trainer's process, although SGLangEngine removes it after every call")
 def test_a_killed_scheduler_is_replaced_and_the_run_goes_on(tmp_path):
     from megarl.data.preprocess import preprocess
     from megarl.models.init_model import write_model
