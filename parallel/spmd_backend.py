@@ -38,11 +38,11 @@ class SpmdWorkerGroup(WorkerGroup):
         return f"{socket.gethostname()} pid {os.getpid()}"
 
     def run(self, what: str, per_rank: Sequence[tuple], wanted: Sequence[bool], label: tuple[str, str]) -> list:
-        """Every rank's outcome is gathered before any is raised, so a failure on one rank is raised on all of them
-        alike (the driver code may recover from it, e.g. a dead rollout engine) instead of leaving the others
-        waiting in the next collective."""
+        """A failure is raised at once on its rank (another rank may wait for it in a collective: torchrun ends the
+        job when this process exits). A RecoverableError's outcome is gathered like a result, so every rank raises
+        it alike and the driver code may recover (e.g. from a dead rollout engine)."""
         mine = self.host.run(what, wanted[self.rank], *per_rank[self.rank])
-        if self.control is None:
+        if self.control is None or mine[0] == "error":
             return [raise_if_failed(mine, label, self.rank, self._where())]
         gathered = [None] * self.world_size
         dist.all_gather_object(gathered, (mine, self._where()), group=self.control)
