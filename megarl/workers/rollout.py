@@ -61,10 +61,7 @@ class RolloutWorker(Worker):
         """After the engine died (EngineDied): stop what is left of it, build it again and give it the actor's
         current weights, on every rank of every engine (the weight stream is collective over the actor's ranks);
         returns the sync's metrics."""
-        try:
-            self.engine.shutdown()
-        except Exception:  # noqa: BLE001 - a dead engine may fail to stop cleanly; its processes are gone anyway
-            pass
+        self.engine.shutdown()  # a dead engine's shutdown ends only what is left of it
         self.engine = self._build_engine()
         return self.sync_weights()
 
