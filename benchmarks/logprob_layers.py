@@ -220,14 +220,15 @@ def relative_error(x: torch.Tensor | None, ref: torch.Tensor) -> float | None:
     return None if x is None else round(((x - ref).norm() / ref.norm()).item(), 5)
 
 
-def logprob_error(a: list[torch.Tensor], b: list[torch.Tensor], prompt_len: int) -> dict[str, float]:
-    """mean exp|Δ log p| and max |Δ| over the response tokens (`b` may hold only the responses' log-probs)."""
-    diffs = torch.cat([(x[prompt_len - 1:] - (y[prompt_len - 1:] if len(y) == len(x) else y)).abs()
-                       for x, y in zip(a, b)])
+def logprob_error(a: list[torch.Tensor], b: list[torch.Tensor], response_len: int) -> dict[str, float]:
+    """mean exp|Δ log p| and max |Δ| over the response tokens: each sequence's last `response_len` log-probs (a
+    whole sequence's or only its response's)."""
+    diffs = torch.cat([(x[-response_len:] - y[-response_len:]).abs() for x, y in zip(a, b)])
     return {"mult_error": round(diffs.exp().mean().item(), 5), "max_abs_diff": round(diffs.max().item(), 5)}
 
 
-def compare(ref: Capture, captures: dict[str, Capture], decode: list[torch.Tensor] | None, prompt_len: int) -> dict:
+def compare(ref: Capture, captures: dict[str, Capture], decode: list[torch.Tensor] | None,
+            response_len: int) -> dict:
     layered = {name: c for name, c in captures.items() if c.final is not None}
     table = {name: [{"layer": i, **{kind: relative_error(getattr(c, kind)[i], getattr(ref, kind)[i])
                                     for kind in ("attn", "mlp", "residual")}}
@@ -235,13 +236,13 @@ def compare(ref: Capture, captures: dict[str, Capture], decode: list[torch.Tenso
     result = {
         "layers_rel_err": table,
         "final_norm_rel_err": {name: relative_error(c.final, ref.final) for name, c in layered.items()},
-        "logprob_vs_fp32": {name: logprob_error(c.logprobs, ref.logprobs, prompt_len) for name, c in captures.items()},
+        "logprob_vs_fp32": {name: logprob_error(c.logprobs, ref.logprobs, response_len) for name, c in captures.items()},
     }
     if decode is not None:
-        result["logprob_vs_fp32"]["sglang-decode"] = logprob_error(decode, ref.logprobs, prompt_len)
-        result["megatron_vs_sglang_decode"] = logprob_error(captures["megatron"].logprobs, decode, prompt_len)
+        result["logprob_vs_fp32"]["sglang-decode"] = logprob_error(decode, ref.logprobs, response_len)
+        result["megatron_vs_sglang_decode"] = logprob_error(captures["megatron"].logprobs, decode, response_len)
         result["megatron_vs_sglang_prefill"] = logprob_error(captures["megatron"].logprobs,
-                                                             captures["sglang"].logprobs, prompt_len)
+                                                             captures["sglang"].logprobs, response_len)
     return result
 
 
@@ -292,7 +293,7 @@ def main() -> None:
     if "hf-bf16" in impls:
         captures["hf-bf16"] = capture_hf(model_dir, sequences, layers, torch.bfloat16, device)
     reference = capture_hf(model_dir, sequences, layers, torch.float32, device)
-    result = compare(reference, captures, decode, args.prompt_len)
+    result = compare(reference, captures, decode, args.response_len)
     print_table(result)
     row = {"date": datetime.date.today().isoformat(), "commit": os.environ.get("MEGARL_COMMIT", _commit()),
            "machine": os.environ.get("MEGARL_MACHINE", "unknown"), "what": "logprob-layers",
