@@ -85,6 +85,8 @@ class SDPAttention(MegatronModule):
         if attention_bias is not None or attention_mask is not None:
             raise ValueError("SDPAttention is causal-only: pack sequences (PackedSeqParams) instead of masking")
         dropout = self.dropout if self.training else 0.0
+        # Rotated in float32 after QKNormFloat32Out: rounded once, here, to the dtype the kernels take.
+        query, key = query.to(value.dtype), key.to(value.dtype)
         if packed_seq_params is None:  # [s, b, h, d]
             outs = [
                 _sdpa(query[:, b], key[:, b], value[:, b], causal=True, scale=self.softmax_scale, dropout=dropout)

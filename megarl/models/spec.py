@@ -1,5 +1,6 @@
 """The layer specs of one pipeline stage: Transformer Engine's when it is importable, else megatron-core's local
-spec with the core attention swapped for SDPAttention (a submodule swap, not a fork of the layer).
+spec with the core attention swapped for SDPAttention and query/key norms (where the model has them) for
+QKNormFloat32Out, which lets RoPE rotate in float32 (submodule swaps, not a fork of the layer).
 
 Both come from megatron-core's `get_gpt_decoder_block_spec`, so both slice the layers per pipeline stage (and
 virtual stage) the same way. With LoRA (`adapter`), the local spec's linear layers are swapped for their LoRA
@@ -11,12 +12,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
+from megatron.core.transformer.identity_op import IdentityOp
 from megatron.core.transformer.spec_utils import ModuleSpec
 from megatron.core.transformer.torch_norm import WrappedTorchNorm
 from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
 
 from megarl.models.attention import SDPAttention
 from megarl.models.lora import Adapter, lora_layer_spec
+from megarl.models.qk_norm import QKNormFloat32Out
 
 
 def layer_spec(config, use_transformer_engine: bool, vp_stage: int | None = None, adapter: Adapter | None = None,
@@ -31,10 +34,14 @@ def layer_spec(config, use_transformer_engine: bool, vp_stage: int | None = None
     )
     # The final norm is the layers' own (torch RMSNorm): the block spec would pick Apex's FusedLayerNorm where
     # Apex is installed, and that one is LayerNorm only.
-    return replace(block, layer_specs=[_with_sdpa(layer) for layer in block.layer_specs], layer_norm=WrappedTorchNorm)
+    return replace(block, layer_specs=[_local_attention(layer) for layer in block.layer_specs],
+                   layer_norm=WrappedTorchNorm)
 
 
-def _with_sdpa(layer: ModuleSpec) -> ModuleSpec:
+def _local_attention(layer: ModuleSpec) -> ModuleSpec:
     attention = layer.submodules.self_attention
-    attention = replace(attention, submodules=replace(attention.submodules, core_attention=SDPAttention))
+    swaps = {"core_attention": SDPAttention}
+    if attention.submodules.q_layernorm not in (None, IdentityOp):
+        swaps.update(q_layernorm=QKNormFloat32Out, k_layernorm=QKNormFloat32Out)
+    attention = replace(attention, submodules=replace(attention.submodules, **swaps))
     return replace(layer, submodules=replace(layer.submodules, self_attention=attention))
