@@ -5,8 +5,10 @@ megatron applies RoPE right after these norms. On a bf16 tensor its local (unfus
 rounded to bf16 and rounds both products and their sum; on float32 it rotates in float32, and SDPAttention rounds
 the rotated query and key to the model's dtype once, as SGLang's fused RoPE kernel does. The norm still runs and
 saves its input in the model's dtype, so the activations kept for the backward are the same size, except under
-`selective` recomputation, whose checkpoint of core attention keeps the float32 query and key.
-benchmarks/logprob_layers.py measures the effect on the trainer's log-probs.
+`selective` recomputation, whose checkpoint of core attention keeps the float32 query and key; RoPE's temporaries
+are float32, twice their bf16 size, while one layer's attention runs. On Qwen3-8B's shape this took the trainer's
+log-prob error against float32 from 1.0313 to 1.0296 (12 layers) and its distance to SGLang's from 1.0322 to
+1.0288 (benchmarks/logprob_layers.py, docs/rollout.md).
 """
 
 from __future__ import annotations

@@ -63,8 +63,8 @@ def test_qwen3_shape_agrees_with_sglang(tmp_path):
 def test_qwen3_8b_tp4_sync_within_a_second(tmp_path):
     """Qwen3-8B's shape at TP4 → TP4 with megatron's random init: the sync must take at most a second and leave the
     engine's weights exactly equal to the trainer's. Log-probs must agree as well as when SGLang loads the same
-    weights itself: on these random weights the two sides' bf16 forward passes differ by a mult error of ~1.065
-    whatever the sync does (docs/rollout.md), so the 1.05 gate is checked on the 0.5B and 0.6B shapes and here the
+    weights itself: on these random weights the two sides' bf16 forward passes differ by a mult error just above
+    1.05 whatever the sync does (1.053 at TP 1, docs/rollout.md), so the 1.05 gate is checked on the 0.5B and 0.6B shapes and here the
     sync must add nothing to the engine's own floor."""
     from megarl.models.shapes import hf_config
 

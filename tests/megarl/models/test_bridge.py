@@ -39,7 +39,7 @@ def test_fused_tensors_name_their_parts_in_megatron_order():
 
 
 @pytest.mark.parametrize("stage, layers", [(0, 1), (1, 2)])
-def test_the_local_spec_is_megatrons_block_spec_per_stage_with_sdpa(monkeypatch, stage, layers):
+def test_the_local_spec_is_megatrons_block_spec_per_stage_with_sdpa_and_float32_qk_norms(monkeypatch, stage, layers):
     from megatron.core import parallel_state
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
     from megatron.core.transformer import TransformerConfig
@@ -47,6 +47,7 @@ def test_the_local_spec_is_megatrons_block_spec_per_stage_with_sdpa(monkeypatch,
     from megatron.core.transformer.torch_norm import WrappedTorchNorm
 
     from megarl.models.attention import SDPAttention
+    from megarl.models.qk_norm import QKNormFloat32Out
     from megarl.models.spec import layer_spec
 
     monkeypatch.setattr(parallel_state, "get_pipeline_model_parallel_rank", lambda: stage)
@@ -61,8 +62,10 @@ def test_the_local_spec_is_megatrons_block_spec_per_stage_with_sdpa(monkeypatch,
     for ours, theirs in zip(mine.layer_specs, megatron.layer_specs):
         attention, reference = ours.submodules.self_attention.submodules, theirs.submodules.self_attention.submodules
         assert attention.core_attention is SDPAttention and reference.core_attention is DotProductAttention
-        assert replace(attention, core_attention=None) == replace(reference, core_attention=None)
-        assert attention.q_layernorm is WrappedTorchNorm and ours.submodules.input_layernorm is WrappedTorchNorm
+        swapped = dict(core_attention=None, q_layernorm=None, k_layernorm=None)
+        assert replace(attention, **swapped) == replace(reference, **swapped)
+        assert attention.q_layernorm is attention.k_layernorm is QKNormFloat32Out
+        assert ours.submodules.input_layernorm is WrappedTorchNorm
         assert ours.submodules.mlp == theirs.submodules.mlp
 
 
