@@ -21,8 +21,10 @@ from parallel.quiet import accelerators_notice, be_verbose
 STORAGE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 
 
-class Stopped(Exception):
-    """The run was asked to stop: SIGTERM (`kill`, SLURM's preemption or time limit, torchrun stopping its ranks)."""
+class Stopped(BaseException):
+    """The run was asked to stop: SIGTERM (`kill`, SLURM's preemption or time limit, torchrun stopping its ranks).
+    A BaseException, as KeyboardInterrupt is: under torchrun the signal lands in worker code, and the hosts that
+    report a worker's failures as data (`except Exception`) must not turn a stop into a failure of that call."""
 
 
 @contextmanager
@@ -84,7 +86,8 @@ def _run(cfg, run: Callable[[Any], None], failures: tuple[type[Exception], ...])
         with _stop_on_sigterm():
             run(cfg)
     except Stopped as e:
-        _fail(f"{e}; starting the same command again resumes from the last checkpoint (trainer.resume_mode=auto)")
+        if os.environ.get("RANK", "0") == "0":  # torchrun signals every rank: one line for the run
+            _fail(f"{e}; starting the same command again resumes from the last checkpoint (trainer.resume_mode=auto)")
         sys.stdout.flush()
         # The workers are shut down and the outputs closed; interpreter teardown after a signal that Ray's C++
         # handler also saw ends in abort() (exit 134), so leave now with the shell's code for SIGTERM.

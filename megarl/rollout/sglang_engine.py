@@ -75,7 +75,7 @@ class SGLangEngine(RolloutEngine):
         steps = {b - a for a, b in zip(local_devices, local_devices[1:])}
         if len(steps) > 1 or (steps and steps.pop() <= 0):
             raise ValueError(f"an engine's GPUs must be evenly spaced and increasing, got {list(local_devices)}")
-        self.engine, self.died, self.in_call = None, None, False
+        self.engine, self.died, self.in_call, self.held_signal = None, None, False, None
         if dist.get_rank() == self.engine_ranks[0]:
             import sglang
 
@@ -92,12 +92,14 @@ class SGLangEngine(RolloutEngine):
             # Under torchrun this variable makes every process group rendezvous through torchrun's store, which
             # the engine's scheduler processes cannot reach: they would wait for it forever.
             agent_store = os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+            self.sigterm = signal.getsignal(signal.SIGTERM)  # megarl's stop (recipe_command), or the default
             try:
                 self.engine = sglang.Engine(**args)
             finally:
                 if agent_store is not None:
                     os.environ["TORCHELASTIC_USE_AGENT_STORE"] = agent_store
             self.deterministic = bool(args.get("enable_deterministic_inference", False))
+            self._take_signals_back()
 
     def _child_died(self, signum, frame) -> None:
         """SGLang's subprocess watchdog signals (SIGQUIT) this process when a scheduler or the detokenizer exits
@@ -110,34 +112,53 @@ class SGLangEngine(RolloutEngine):
 
     @contextmanager
     def _engine_call(self) -> Iterator[None]:
-        """Around every call into the engine on the owner: EngineDied, not a wait on dead processes."""
+        """Around every call into the engine on the owner: EngineDied, not a wait on dead processes; and a SIGTERM
+        that arrives during the call is held until the engine's event loop has returned, then raised again for
+        megarl's own handler (an exception raised inside the loop would not reach the caller: uvloop drops it)."""
         if self.died:
             raise EngineDied(self.died)
+        main = threading.current_thread() is threading.main_thread()
+        self.held_signal = None
+        if main:
+            signal.signal(signal.SIGTERM, self._hold_signal)
         self.in_call = True
         try:
             yield
         except Exception as e:
             if self.died:
                 raise EngineDied(self.died) from e
-            raise
+            if self.held_signal is None:  # a call the held SIGTERM stopped ends in the stop, not in its error
+                raise
         finally:
             self.in_call = False
-            self._keep_sigquit()
+            if main:
+                signal.signal(signal.SIGTERM, self.sigterm)
+            if self.held_signal is not None:
+                signal.raise_signal(self.held_signal)
 
-    def _keep_sigquit(self) -> None:
-        """SGLang's tokenizer manager puts a SIGQUIT handler of its own on the engine's event loop at its first
-        request, ignoring `custom_sigquit_handler`; it kills this process. Take the signal back (main thread only:
-        where Python runs signal handlers, and where the engine was built). uvloop forgets a handler only while its
-        loop runs (a stopped loop's remove_signal_handler returns False), so the removal runs inside the loop."""
-        if self.engine is None or threading.current_thread() is not threading.main_thread():
+    def _hold_signal(self, signum, frame) -> None:
+        self.held_signal = signum
+        if self.engine.loop.is_running():
+            self.engine.loop.stop()
+
+    def _take_signals_back(self) -> None:
+        """SGLang's tokenizer manager puts SIGQUIT and SIGTERM handlers of its own on the engine's event loop when
+        it starts its request loop, ignoring `custom_sigquit_handler`: the first kills this process, the second
+        drains the engine and then kills it, so neither a dead scheduler nor a stop would reach megarl. Start that
+        loop now and take both signals back (main thread only: where Python runs signal handlers, and where the
+        engine was built). uvloop forgets a handler only while its loop runs, so the removal runs inside it."""
+        if threading.current_thread() is not threading.main_thread():
             return
 
-        async def remove() -> None:
-            asyncio.get_running_loop().remove_signal_handler(signal.SIGQUIT)
+        async def start_and_remove() -> None:
+            self.engine.tokenizer_manager.auto_create_handle_loop()
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGQUIT, signal.SIGTERM):
+                loop.remove_signal_handler(signum)
 
-        if not self.died:
-            self.engine.loop.run_until_complete(remove())
+        self.engine.loop.run_until_complete(start_and_remove())
         signal.signal(signal.SIGQUIT, self._child_died)
+        signal.signal(signal.SIGTERM, self.sigterm)
 
     @classmethod
     def from_config(cls, rollout, model_path, *, engine_ranks, group, local_devices, hf_config,

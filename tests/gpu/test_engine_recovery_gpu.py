@@ -8,14 +8,13 @@ Rows for benchmarks/results/ go to $MEGARL_RESULTS_DIR/engine_recovery.json when
 
 import json
 import subprocess
-import sys
 import time
 
 import pytest
 import torch
 
-from tests.gpu.test_recipes_gpu import ENV, SGLANG, read_metrics, record
-from tests.helpers import REPO_ROOT, SHARED_DATA
+from tests.gpu.test_recipes_gpu import ENV, one_gpu_grpo_command, read_metrics, record
+from tests.helpers import REPO_ROOT
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA and SGLang (the device machines)")
 
@@ -32,19 +31,9 @@ def kill_the_scheduler_after_step_one(proc: subprocess.Popen, metrics, timeout_s
 
 
 def test_a_killed_scheduler_is_replaced_and_the_run_goes_on(tmp_path):
-    from megarl.data.preprocess import preprocess
-    from megarl.models.init_model import write_model
-
-    model = write_model("qwen2.5-0.5b", tmp_path / "model", dtype=torch.bfloat16)
-    data = preprocess("gsm8k", str(SHARED_DATA / "gsm8k"), tmp_path / "gsm8k")
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", "-m", "megarl.train",
-           "--recipe", str(REPO_ROOT / "recipes/qwen3_0_6b_grpo_gsm8k.yaml"), f"model.path={model}",
-           f"data.train_files=[{data['train']}]", "data.val_files=[]", "data.train_batch_size=16",
-           "actor.ppo_mini_batch_size=16", "actor.ppo_micro_batch_size_per_gpu=8", "data.max_response_length=512",
-           "actor.megatron.tensor_model_parallel_size=1", "rollout.tensor_model_parallel_size=1",
-           "trainer.n_gpus_per_node=1", "trainer.total_training_steps=3", "trainer.val_before_train=false",
-           "rollout.max_logprob_mult_error=1.05", f"trainer.output_dir={out}", *SGLANG]
+    cmd = one_gpu_grpo_command(tmp_path, out, "data.max_response_length=512", "trainer.total_training_steps=3",
+                           "rollout.max_logprob_mult_error=1.05")
     with open(tmp_path / "console.log", "w") as console:
         proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=console, stderr=subprocess.STDOUT, text=True, env=ENV)
         try:

@@ -28,6 +28,23 @@ METRICS = {f"actor/{k}" for k in ("entropy", "pg_loss", "pg_clipfrac", "ppo_kl",
     "rollout/logprob_mult_error"}
 
 
+def one_gpu_grpo_command(tmp_path, out, *overrides: str) -> list[str]:
+    """`megarl train` under torchrun on one GPU with SGLang: the Qwen3-0.6B GRPO recipe on a random-weight Qwen2.5-0.5B
+    and GSM8K prompts (batch 16, micro-batches of 8), `overrides` last."""
+    from megarl.data.preprocess import preprocess
+    from megarl.models.init_model import write_model
+
+    model = write_model("qwen2.5-0.5b", tmp_path / "model", dtype=torch.bfloat16)
+    data = preprocess("gsm8k", str(SHARED_DATA / "gsm8k"), tmp_path / "gsm8k")
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", "-m", "megarl.train",
+            "--recipe", str(REPO_ROOT / "recipes/qwen3_0_6b_grpo_gsm8k.yaml"), f"model.path={model}",
+            f"data.train_files=[{data['train']}]", "data.val_files=[]", "data.train_batch_size=16",
+            "actor.ppo_mini_batch_size=16", "actor.ppo_micro_batch_size_per_gpu=8",
+            "actor.megatron.tensor_model_parallel_size=1", "rollout.tensor_model_parallel_size=1",
+            "trainer.n_gpus_per_node=1", "trainer.val_before_train=false", f"trainer.output_dir={out}", *SGLANG,
+            *overrides]
+
+
 def read_metrics(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
