@@ -92,12 +92,13 @@ class SGLangEngine(RolloutEngine):
             # Under torchrun this variable makes every process group rendezvous through torchrun's store, which
             # the engine's scheduler processes cannot reach: they would wait for it forever.
             agent_store = os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
-            self.sigterm = signal.getsignal(signal.SIGTERM)  # megarl's stop (recipe_command), or the default
+            sigterm = signal.getsignal(signal.SIGTERM)  # megarl's stop (recipe_command), or the default
             try:
-                self.engine = sglang.Engine(**args)
+                self.engine = sglang.Engine(**args)  # pickles `self` (the SIGQUIT handler's) for its processes
             finally:
                 if agent_store is not None:
                     os.environ["TORCHELASTIC_USE_AGENT_STORE"] = agent_store
+            self.sigterm = sigterm
             self.deterministic = bool(args.get("enable_deterministic_inference", False))
             self._take_signals_back()
 
