@@ -23,7 +23,9 @@ import os
 import subprocess
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
@@ -67,7 +69,34 @@ def _concat(parts: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat([p.reshape(-1, p.shape[-1]) for p in parts])
 
 
-def capture_megatron(model_dir: Path, sequences: list[torch.Tensor], layers: int) -> dict[str, Capture]:
+@contextmanager
+def _recording(final, per_layer: list[tuple]) -> Iterator[Capture]:
+    """Records, while the block runs, the output of `final` (the final norm) and of each layer's (attention output,
+    MLP output, layer) modules; the yielded Capture holds them when the block ends (its log-probs are the caller's)."""
+    modules = {"final": final}
+    for i, (attn, mlp, layer) in enumerate(per_layer):
+        modules.update({f"attn{i}": attn, f"mlp{i}": mlp, f"residual{i}": layer})
+    store: dict[str, list] = {}
+    handles = _hooks(modules, store)
+    capture = Capture(len(per_layer))
+    try:
+        yield capture
+    finally:
+        for handle in handles:
+            handle.remove()
+    for i in range(len(per_layer)):
+        capture.attn[i], capture.mlp[i], capture.residual[i] = (
+            _concat(store[f"{kind}{i}"]) for kind in ("attn", "mlp", "residual"))
+    capture.final = _concat(store["final"])
+
+
+def _next_token_logprobs(logits: torch.Tensor, seq: torch.Tensor) -> torch.Tensor:
+    """[L−1] log p(token t+1 | ≤ t) from the logits at positions 0..L−2, log-softmax in fp32, on the host."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return logp.gather(-1, seq[1:].to(logits.device).unsqueeze(-1)).squeeze(-1).cpu()
+
+
+def capture_megatron(model_dir: Path, sequences: list[torch.Tensor]) -> dict[str, Capture]:
     """megarl's reference role (the forward `old_log_prob` and `ref` run): all sequences packed in one micro-batch."""
     from megatron.core.utils import unwrap_model
 
@@ -79,19 +108,9 @@ def capture_megatron(model_dir: Path, sequences: list[torch.Tensor], layers: int
     topology.init_model_parallel()
     reference = build_reference(model_dir, MegatronConfig(), bf16=True)
     gpt = unwrap_model(reference.chunks[0])
-    modules = {"final": gpt.decoder.final_layernorm}
-    for i, layer in enumerate(gpt.decoder.layers):
-        modules.update({f"attn{i}": layer.self_attention, f"mlp{i}": layer.mlp, f"residual{i}": layer})
-    store: dict[str, list] = {}
-    handles = _hooks(modules, store)
-    result = reference.logprobs(sequences, [list(range(len(sequences)))])
-    for handle in handles:
-        handle.remove()
-    capture = Capture(layers)
-    for i in range(layers):
-        capture.attn[i], capture.mlp[i], capture.residual[i] = (
-            _concat(store[f"{kind}{i}"]) for kind in ("attn", "mlp", "residual"))
-    capture.final = _concat(store["final"])
+    per_layer = [(layer.self_attention, layer.mlp, layer) for layer in gpt.decoder.layers]
+    with _recording(gpt.decoder.final_layernorm, per_layer) as capture:
+        result = reference.logprobs(sequences, [list(range(len(sequences)))])
     capture.logprobs = [lp.float().cpu() for lp in result["logprobs"]]
     with reference.weights_in_use():
         tied = gpt.share_embeddings_and_output_weights
@@ -109,36 +128,21 @@ def _logprobs_from_hidden(final: torch.Tensor, weight: torch.Tensor, sequences) 
     for seq in sequences:
         hidden = final[start:start + len(seq)].to(weight.device)
         start += len(seq)
-        logp = torch.log_softmax(hidden[:-1] @ weight.T, dim=-1)
-        out.append(logp.gather(-1, seq[1:].to(weight.device).unsqueeze(-1)).squeeze(-1).cpu())
+        out.append(_next_token_logprobs(hidden[:-1] @ weight.T, seq))
     return out
 
 
-def capture_hf(model_dir: Path, sequences: list[torch.Tensor], layers: int, dtype: torch.dtype,
-               device: str) -> Capture:
+def capture_hf(model_dir: Path, sequences: list[torch.Tensor], dtype: torch.dtype, device: str) -> Capture:
     """HF transformers, one sequence at a time (no padding), logits and log-softmax in fp32."""
     from transformers import AutoModelForCausalLM
 
     torch.set_float32_matmul_precision("highest")  # the reference: no TF32
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, attn_implementation="sdpa").to(device)
     model.eval()
-    modules = {"final": model.model.norm}
-    for i, layer in enumerate(model.model.layers):
-        modules.update({f"attn{i}": layer.self_attn.o_proj, f"mlp{i}": layer.mlp.down_proj, f"residual{i}": layer})
-    store: dict[str, list] = {}
-    handles = _hooks(modules, store)
-    capture = Capture(layers)
-    with torch.no_grad():
+    per_layer = [(layer.self_attn.o_proj, layer.mlp.down_proj, layer) for layer in model.model.layers]
+    with _recording(model.model.norm, per_layer) as capture, torch.no_grad():
         for seq in sequences:
-            logits = model(seq.unsqueeze(0).to(device)).logits[0, :-1].float()
-            logp = torch.log_softmax(logits, dim=-1)
-            capture.logprobs.append(logp.gather(-1, seq[1:].to(device).unsqueeze(-1)).squeeze(-1).cpu())
-    for handle in handles:
-        handle.remove()
-    for i in range(layers):
-        capture.attn[i], capture.mlp[i], capture.residual[i] = (
-            _concat(store[f"{kind}{i}"]) for kind in ("attn", "mlp", "residual"))
-    capture.final = _concat(store["final"])
+            capture.logprobs.append(_next_token_logprobs(model(seq.unsqueeze(0).to(device)).logits[0, :-1], seq))
     del model
     gc.collect()
     torch.cuda.empty_cache()
@@ -289,10 +293,10 @@ def main() -> None:
         sequences = [torch.cat([s, torch.randint(0, config["vocab_size"], (args.response_len,), generator=generator)])
                      for s in sequences]
     if "megatron" in impls:
-        captures.update(capture_megatron(model_dir, sequences, layers))
+        captures.update(capture_megatron(model_dir, sequences))
     if "hf-bf16" in impls:
-        captures["hf-bf16"] = capture_hf(model_dir, sequences, layers, torch.bfloat16, device)
-    reference = capture_hf(model_dir, sequences, layers, torch.float32, device)
+        captures["hf-bf16"] = capture_hf(model_dir, sequences, torch.bfloat16, device)
+    reference = capture_hf(model_dir, sequences, torch.float32, device)
     result = compare(reference, captures, decode, args.response_len)
     print_table(result)
     row = {"date": datetime.date.today().isoformat(), "commit": os.environ.get("MEGARL_COMMIT", _commit()),
