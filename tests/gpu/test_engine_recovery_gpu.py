@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-from tests.gpu.test_recipes_gpu import ENV, one_gpu_grpo_command, read_metrics, record
+from tests.gpu.test_recipes_gpu import ENV, one_gpu_grpo_command, read_metrics, record, wait_for_step_one
 from tests.helpers import REPO_ROOT
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA and SGLang (the device machines)")
@@ -21,10 +21,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 
 def kill_the_scheduler_after_step_one(proc: subprocess.Popen, metrics, timeout_s: float = 600) -> float:
     """SIGKILL the SGLang scheduler once step 1 is logged; when (time.time())."""
-    deadline = time.monotonic() + timeout_s
-    while not (metrics.exists() and metrics.read_text().strip()):
-        assert proc.poll() is None and time.monotonic() < deadline, "the run ended or stalled before step 1"
-        time.sleep(0.5)
+    wait_for_step_one(proc, metrics, timeout_s)
     killed = subprocess.run(["pkill", "-9", "-f", "sglang::scheduler"], capture_output=True)
     assert killed.returncode == 0, "no SGLang scheduler process to kill"
     return time.time()

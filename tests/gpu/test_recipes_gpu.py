@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -43,6 +44,14 @@ def one_gpu_grpo_command(tmp_path, out, *overrides: str) -> list[str]:
             "actor.megatron.tensor_model_parallel_size=1", "rollout.tensor_model_parallel_size=1",
             "trainer.n_gpus_per_node=1", "trainer.val_before_train=false", f"trainer.output_dir={out}", *SGLANG,
             *overrides]
+
+
+def wait_for_step_one(proc: subprocess.Popen, metrics, timeout_s: float = 600) -> None:
+    """Until the run at `proc` has logged its first step to `metrics`; fails if it ends or stalls first."""
+    deadline = time.monotonic() + timeout_s
+    while not (metrics.exists() and metrics.read_text().strip()):
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended or stalled before step 1"
+        time.sleep(0.5)
 
 
 def read_metrics(path):

@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-from tests.gpu.test_recipes_gpu import ENV, one_gpu_grpo_command, read_metrics, record
+from tests.gpu.test_recipes_gpu import ENV, one_gpu_grpo_command, read_metrics, record, wait_for_step_one
 from tests.helpers import REPO_ROOT
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA and SGLang (the device machines)")
@@ -40,17 +40,11 @@ def test_sigterm_mid_run_stops_with_one_line(tmp_path):
     record({"what": "sigterm-stop", "command": "MEGARL_RESULTS_DIR=$OUT python -m pytest tests/gpu/test_stop_gpu.py",
             "model_shape": "qwen2.5-0.5b", "random_init": True, "launcher": "torchrun", "exit_code": code,
             "stop_s": round(stop_s, 1), "stop_lines": stops, "steps_logged": len(steps),
-            "engine_processes_left": len(left), "engine_processes_gone_s": gone_s, "console_tail": log.splitlines()[-6:]}, "stop_gpu.json")
+            "engine_processes_left": len(left), "engine_processes_gone_s": gone_s,
+            "console_tail": log.splitlines()[-6:]}, "stop_gpu.json")
     assert len(stops) == 1, log[-6000:]
     assert "failed on rank" not in log, log[-6000:]
     assert not left, f"SGLang processes still there 60 s after the run ended: {left}"
-
-
-def wait_for_step_one(proc: subprocess.Popen, metrics, timeout_s: float = 600) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not (metrics.exists() and metrics.read_text().strip()):
-        assert proc.poll() is None and time.monotonic() < deadline, "the run ended or stalled before step 1"
-        time.sleep(0.5)
 
 
 def engine_processes_gone(timeout_s: float) -> tuple[list[str], float]:
