@@ -1,6 +1,7 @@
-"""Which GPUs each role runs on, from the recipe: the actor, its rollout engine, the reference and the reward model
-share the main pool (`trainer.nnodes` × `trainer.n_gpus_per_node`, one process per GPU hosting all three); the critic
-shares those processes too, or gets its own pool with `critic.enable_resource_pool`."""
+"""Which GPUs each role runs on, from the recipe: the actor, its rollout engine and the reference share the main pool
+(`trainer.nnodes` × `trainer.n_gpus_per_node`, one process per GPU hosting all three); the critic and the reward model
+share those processes too, or each gets a pool of its own (`critic.enable_resource_pool`,
+`reward.model.enable_resource_pool`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from parallel.controller import Cluster, PoolSpec, resolve_launcher, start_clust
 
 MAIN_POOL = "main"
 CRITIC_POOL = "critic"
+REWARD_MODEL_POOL = "reward_model"
 
 
 def main_pool(run: RunConfig) -> PoolSpec:
@@ -20,6 +22,9 @@ def resource_pools(cfg: MegaRLConfig) -> list[PoolSpec]:
     pools = [main_pool(cfg.trainer)]
     if cfg.use_critic and cfg.critic.enable_resource_pool:
         pools.append(PoolSpec(CRITIC_POOL, (cfg.critic.n_gpus_per_node,) * cfg.critic.nnodes))
+    reward_model = cfg.reward.model
+    if reward_model.path and reward_model.enable_resource_pool:
+        pools.append(PoolSpec(REWARD_MODEL_POOL, (reward_model.n_gpus_per_node,) * reward_model.nnodes))
     return pools
 
 
@@ -29,7 +34,7 @@ def role_pools(cfg: MegaRLConfig) -> dict[str, str]:
     if cfg.reference_model:
         roles["reference"] = MAIN_POOL
     if cfg.reward.model.path:
-        roles["reward_model"] = MAIN_POOL
+        roles["reward_model"] = REWARD_MODEL_POOL if cfg.reward.model.enable_resource_pool else MAIN_POOL
     if cfg.use_critic:
         roles["critic"] = CRITIC_POOL if cfg.critic.enable_resource_pool else MAIN_POOL
     return roles

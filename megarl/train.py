@@ -8,6 +8,7 @@ from typing import Sequence
 
 from megarl.config import RL_RECIPE, ConfigError, MegaRLConfig, check_inputs_exist
 from megarl.data.dataset import check_rl_columns
+from megarl.data.retemplate import retemplate_source
 from megarl.placement import describe_placement
 from megarl.plan import check_memory
 from megarl.plan.machine import gpu_memory_gib
@@ -32,7 +33,7 @@ def check_runnable(cfg: MegaRLConfig, gpu_gib: float | None = None) -> None:
     check_inputs_exist(models, cfg.data.train_files, cfg.data.val_files,
                        partial(check_rl_columns, prompt_key=cfg.data.prompt_key))
     if cfg.reward.model.path:
-        check_same_tokenizer(cfg.model.path, cfg.reward.model.path)
+        check_reward_model_tokenizer(cfg)
     try:
         load_reward_function(cfg.reward.function)
     except RewardFunctionSpecError as e:
@@ -40,18 +41,15 @@ def check_runnable(cfg: MegaRLConfig, gpu_gib: float | None = None) -> None:
     check_memory(cfg, gpu_gib if gpu_gib is not None else gpu_memory_gib())
 
 
-def check_same_tokenizer(policy_path: str, reward_model_path: str) -> None:
-    """The reward model reads the policy's token ids, so both must tokenize alike."""
-    from transformers import AutoTokenizer
-
+def check_reward_model_tokenizer(cfg: MegaRLConfig) -> None:
+    """The reward model's tokenizer loads and can end a response (its inputs may be re-encoded with it)."""
+    model = cfg.reward.model
     try:
-        policy, judge = AutoTokenizer.from_pretrained(policy_path), AutoTokenizer.from_pretrained(reward_model_path)
+        retemplate_source(cfg.model.tokenizer_path or cfg.model.path, model.path, model.chat_template,
+                          cfg.model.trust_remote_code)
     except (OSError, ValueError) as e:
-        raise ConfigError(f"reward.model.path={reward_model_path}: its tokenizer does not load ({e})") from e
-    if policy.get_vocab() != judge.get_vocab():
-        raise ConfigError(f"reward.model.path={reward_model_path} has another tokenizer than model.path="
-                          f"{policy_path}: the reward model scores the policy's token ids, so train it from the "
-                          "policy's tokenizer (`megarl rm` from the SFT model does)")
+        raise ConfigError(f"reward.model.path={model.path}: its tokenizer does not load or cannot end a response "
+                          f"({e}); save the tokenizer with the reward model") from e
 
 
 def run(cfg: MegaRLConfig) -> None:

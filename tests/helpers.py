@@ -27,11 +27,12 @@ def max_abs(a, b) -> float:
     return max(abs(x - y) for p, q in zip(a, b) for x, y in zip(p, q))
 
 
-def make_tokenizer(out_dir: Path, corpus: list[str] | None = None, vocab_size: int = 400):
-    """A byte-level BPE tokenizer with a ChatML chat template, saved in `out_dir` and loaded back."""
-    from megarl.models.tokenizer import DEFAULT_CORPUS, build_tokenizer
+def make_tokenizer(out_dir: Path, corpus: list[str] | None = None, vocab_size: int = 400, chat_template=None):
+    """A byte-level BPE tokenizer with a chat template (default ChatML), saved in `out_dir` and loaded back."""
+    from megarl.models.tokenizer import CHATML_TEMPLATE, DEFAULT_CORPUS, build_tokenizer
 
-    return build_tokenizer(out_dir, corpus or DEFAULT_CORPUS[:3] + (DEFAULT_CORPUS[4],), vocab_size)
+    return build_tokenizer(out_dir, corpus or DEFAULT_CORPUS[:3] + (DEFAULT_CORPUS[4],), vocab_size,
+                           chat_template or CHATML_TEMPLATE)
 
 
 def make_chat_model(out_dir: Path, seed: int = 0) -> Path:
@@ -48,9 +49,10 @@ def make_chat_model(out_dir: Path, seed: int = 0) -> Path:
     return out_dir
 
 
-def make_reward_model(out_dir: Path, seed: int = 1) -> Path:
+def make_reward_model(out_dir: Path, seed: int = 1, vocab_size: int = 400) -> Path:
     """`make_chat_model`'s trunk as a HF sequence-classification checkpoint with one label and a random
-    `score.weight`: a reward model as `megarl rm` writes one."""
+    `score.weight`: a reward model as `megarl rm` writes one. Another `vocab_size` gives it a tokenizer of its own
+    (the policy's has 400 tokens)."""
     import torch
     from transformers import AutoModelForSequenceClassification
 
@@ -58,7 +60,7 @@ def make_reward_model(out_dir: Path, seed: int = 1) -> Path:
     torch.manual_seed(seed)
     model = AutoModelForSequenceClassification.from_pretrained(policy, num_labels=1)
     model.save_pretrained(out_dir)
-    make_tokenizer(out_dir)
+    make_tokenizer(out_dir, vocab_size=vocab_size)
     return out_dir
 
 

@@ -227,12 +227,20 @@ class OverlongBufferConfig:
 @dataclass(frozen=True)
 class RewardModelConfig:
     """A reward model that scores each prompt + response at its last token: `megarl rm`'s hf/ output, or any HF
-    sequence-classification checkpoint with a `score.weight` of one label. It runs in the actor's processes, on the
-    actor's megatron mesh, its weights in host memory between its passes (as the reference's)."""
+    sequence-classification checkpoint with a `score.weight` of one label. By default it runs in the actor's
+    processes, on the actor's megatron mesh, its weights in host memory between its passes (as the reference's);
+    with `enable_resource_pool` it has GPUs (and a mesh) of its own and its weights stay there.
+    Where its tokenizer or chat template differs from the policy's (or `chat_template` is set), each response is
+    decoded and the prompt + response encoded again as `megarl rm` encodes them: the prompt through the reward
+    model's chat template with the generation prompt, the response text, its eos where the policy's response ended."""
 
     path: Optional[str] = None  # None: no reward model
     weight: float = 1.0  # each response's score is rule_weight × rule score + weight × this model's score
     megatron: MegatronConfig = field(default_factory=MegatronConfig)
+    chat_template: Optional[str] = None  # a Jinja chat template for the reward model's inputs (None: its tokenizer's)
+    enable_resource_pool: bool = False  # True: GPUs of its own (nnodes × n_gpus_per_node; Ray only)
+    nnodes: int = II("trainer.nnodes")
+    n_gpus_per_node: int = II("trainer.n_gpus_per_node")
     use_dynamic_bsz: bool = II("actor.use_dynamic_bsz")
     micro_batch_size_per_gpu: int = II("actor.log_prob_micro_batch_size_per_gpu")
     max_token_len_per_gpu: int = II("actor.log_prob_max_token_len_per_gpu")
@@ -334,6 +342,12 @@ class MegaRLConfig:
     def critic_world_size(self) -> int:
         if self.critic.enable_resource_pool:
             return self.critic.nnodes * self.critic.n_gpus_per_node
+        return self.world_size
+
+    @property
+    def reward_model_world_size(self) -> int:
+        if self.reward.model.enable_resource_pool:
+            return self.reward.model.nnodes * self.reward.model.n_gpus_per_node
         return self.world_size
 
     @property

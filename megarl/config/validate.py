@@ -209,6 +209,9 @@ def _check_meshes(cfg: MegaRLConfig, problems: list[str]) -> None:
     if cfg.use_critic:
         pool = "critic" if cfg.critic.enable_resource_pool else "trainer"
         roles.append(("critic", cfg.critic.megatron, cfg.critic_world_size, pool))
+    own_rm_pool = cfg.reward.model.path and cfg.reward.model.enable_resource_pool
+    if own_rm_pool:
+        roles.append(("reward.model", cfg.reward.model.megatron, cfg.reward_model_world_size, "reward.model"))
     for role, megatron, world, pool in roles:
         mp = megatron.model_parallel_size
         if mp >= 1 and world % mp:
@@ -220,14 +223,15 @@ def _check_meshes(cfg: MegaRLConfig, problems: list[str]) -> None:
         _check_colocated_mesh(problems, "critic", cfg.critic.megatron, cfg.actor.megatron,
                               "a critic colocated with the actor shares its processes",
                               ", or give the critic its own GPUs with critic.enable_resource_pool=true (Ray launcher)")
-    if cfg.reward.model.path:
+    if cfg.reward.model.path and not own_rm_pool:
         _check_colocated_mesh(problems, "reward.model", cfg.reward.model.megatron, cfg.actor.megatron,
-                              "the reward model runs in the actor's processes")
-    if cfg.use_critic and cfg.critic.enable_resource_pool and cfg.trainer.launcher == "torchrun":
-        problems.append(
-            "critic.enable_resource_pool=true needs trainer.launcher=ray (under torchrun every role shares the "
-            "job's processes)"
-        )
+                              "the reward model runs in the actor's processes",
+                              ", or give it its own GPUs with reward.model.enable_resource_pool=true (Ray launcher)")
+    own_pools = [("critic", cfg.use_critic and cfg.critic.enable_resource_pool), ("reward.model", own_rm_pool)]
+    for role, own_pool in own_pools:
+        if own_pool and cfg.trainer.launcher == "torchrun":
+            problems.append(f"{role}.enable_resource_pool=true needs trainer.launcher=ray (under torchrun every "
+                            "role shares the job's processes)")
     rollout_tp, train_tp = cfg.rollout.tensor_model_parallel_size, cfg.actor.megatron.tensor_model_parallel_size
     if rollout_tp >= 1 and train_tp >= 1 and max(rollout_tp, train_tp) % min(rollout_tp, train_tp):
         problems.append(

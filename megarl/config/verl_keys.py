@@ -12,6 +12,7 @@ VERL_PREFIXES = {
     "actor_rollout_ref.actor.": "actor.",
     "actor_rollout_ref.rollout.": "rollout.",
     "actor_rollout_ref.ref.": "ref.",
+    "reward_model.megatron.": "reward.model.megatron.",
 }
 
 VERL_RENAMES = {
@@ -38,6 +39,10 @@ VERL_RENAMES = {
     "reward_model.micro_batch_size_per_gpu": "reward.model.micro_batch_size_per_gpu",
     "reward_model.use_dynamic_bsz": "reward.model.use_dynamic_bsz",
     "reward_model.forward_max_token_len_per_gpu": "reward.model.max_token_len_per_gpu",
+    "reward_model.enable_resource_pool": "reward.model.enable_resource_pool",
+    "reward_model.nnodes": "reward.model.nnodes",
+    "reward_model.n_gpus_per_node": "reward.model.n_gpus_per_node",
+    "reward_model.model.input_tokenizer": "reward.model.chat_template",
     "trainer.default_local_dir": "trainer.output_dir",
     "data.seed": "trainer.seed",
     "global_profiler.steps": "trainer.profile_steps",
@@ -57,6 +62,9 @@ VERL_RENAMES = {
 VERL_NOTES = {
     "custom_reward_function.path": "write path/to/file.py:function_name",
     "reward_model.enable": "the reward model's HF checkpoint directory turns it on (no path: off)",
+    "reward_model.model.input_tokenizer": ("not needed: a reward model with another tokenizer or chat template "
+                                           "has its inputs re-encoded by itself; to override its chat template, "
+                                           "set this key to a Jinja template"),
     "custom_reward_function.name": "write path/to/file.py:function_name",
     "actor_rollout_ref.model.enable_gradient_checkpointing": "set it to full",
     "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": "a step count: ratio × total training steps",

@@ -180,9 +180,9 @@ def build_frozen(hf_path, megatron: MegatronConfig, bf16: bool = False, value_he
     return RoleModel("critic" if value_head else "actor", bridge, model, FrozenState(model, Residency()))
 
 
-def build_reward_model(hf_path, megatron: MegatronConfig, bf16: bool = False) -> RoleModel:
+def build_reward_model(hf_path, megatron: MegatronConfig, bf16: bool = False, resident: bool = False) -> RoleModel:
     """A frozen value-head model with the checkpoint's `score.weight`, kept in host memory between its passes (as
-    the reference is)."""
+    the reference is) unless `resident` (GPUs of its own)."""
     head = read_hf_tensors(hf_path, [VALUE_HEAD_NAME]).get(VALUE_HEAD_NAME)
     if head is None or head.shape[0] != 1:
         raise ValueError(f"{hf_path} is not a reward model: it needs a {VALUE_HEAD_NAME} of one label (shape "
@@ -194,7 +194,7 @@ def build_reward_model(hf_path, megatron: MegatronConfig, bf16: bool = False) ->
         if layer is not None and getattr(unwrap_model(chunk), "post_process", False):
             with torch.no_grad():
                 layer.weight.copy_(head.to(layer.weight.dtype))
-    reward_model = RoleModel("reward_model", bridge, model, FrozenState(model, Residency(params=True)))
+    reward_model = RoleModel("reward_model", bridge, model, FrozenState(model, Residency(params=not resident)))
     reward_model.state.settle()
     return reward_model
 

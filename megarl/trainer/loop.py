@@ -82,6 +82,9 @@ def spawn_roles(cluster, cfg: MegaRLConfig, steps: int) -> Roles:
                                                                                  inputs.reference)
     critic = spawn("critic", CriticWorker, inputs.critic)
     reward_model = spawn("reward_model", RewardModelWorker, inputs.reward_model)
+    if inputs.reward_model is not None and inputs.reward_model.retemplate is not None:
+        tell("reward model: it reads text differently from the policy (tokenizer or chat template), so each "
+             "prompt + response is decoded and encoded again for it")
     rollout = RecoveringRollout(spawn("rollout", RolloutWorker, inputs.rollout), tell)
     return Roles(actor, rollout, critic, reference, reward_model)
 
@@ -136,12 +139,13 @@ class RLStep:
         return batch, {**metrics, **reward_metrics, **kl_metrics, **gate, **self.memory(windows)}
 
     def memory(self, windows: dict[str, tuple[float, float]]) -> dict[str, float]:
-        """`memory/*/peak_gb` of the step's phases, asked of every process of the actor's pool (and of the critic's,
-        when it has its own) with the step's span as the "step" window."""
+        """`memory/*/peak_gb` of the step's phases, asked of every process of the actor's pool (and of the critic's
+        and the reward model's, when they have their own) with the step's span as the "step" window."""
         step = (min(start for start, _ in windows.values()), max(end for _, end in windows.values()))
-        asked, critic = [self.roles.actor], self.roles.critic
-        if critic is not None and critic.group is not self.roles.actor.group:
-            asked.append(critic)
+        asked = [self.roles.actor]
+        for role in (self.roles.critic, self.roles.reward_model):  # each with a pool of its own, if it has one
+            if role is not None and role.group is not self.roles.actor.group:
+                asked.append(role)
         return memory_metrics([rank for role in asked for rank in role.memory_peaks({**windows, "step": step})])
 
 

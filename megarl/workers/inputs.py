@@ -21,6 +21,7 @@ from megarl.config.schema import (
 )
 from megarl.config.rm_schema import RMConfig
 from megarl.config.sft_schema import SFTConfig
+from megarl.data.retemplate import RetemplateSource, retemplate_source
 from megarl.models.packing import MicroBatching
 
 
@@ -101,6 +102,8 @@ class ReferenceInputs:
 class RewardModelInputs:
     model: ModelSource
     forward: MicroBatching
+    resident: bool  # its weights stay on its GPUs between passes (a pool of its own) or leave (colocated)
+    retemplate: Optional[RetemplateSource]  # None: it scores the policy's token ids as they are
 
 
 @dataclass(frozen=True)
@@ -176,10 +179,14 @@ def reference_inputs(cfg: MegaRLConfig) -> ReferenceInputs:
 
 
 def reward_model_inputs(cfg: MegaRLConfig) -> RewardModelInputs:
+    """Whether the reward model needs its inputs re-encoded is decided here, once, from both tokenizers."""
     model = cfg.reward.model
+    retemplate = retemplate_source(cfg.model.tokenizer_path or cfg.model.path, model.path, model.chat_template,
+                                   cfg.model.trust_remote_code)
     return RewardModelInputs(ModelSource(model.path, model.megatron, cfg.trainer.seed),
                              MicroBatching(model.use_dynamic_bsz, model.micro_batch_size_per_gpu,
-                                           model.max_token_len_per_gpu))
+                                           model.max_token_len_per_gpu),
+                             resident=model.enable_resource_pool, retemplate=retemplate)
 
 
 def rollout_inputs(cfg: MegaRLConfig) -> RolloutInputs:

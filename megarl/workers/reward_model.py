@@ -1,5 +1,7 @@
 """The reward-model role: a frozen value-head model (`megarl rm`'s output) that scores each prompt + response at its
-last token, in the actor's processes, its weights in host memory between its passes."""
+last token. Colocated, it runs in the actor's processes, its weights in host memory between its passes; in a pool of
+its own its weights stay on its GPUs. A reward model that reads text differently from the policy scores the
+re-encoded prompt + response (megarl/data/retemplate.py)."""
 
 from __future__ import annotations
 
@@ -18,11 +20,16 @@ class RewardModelWorker(Worker):
     def __init__(self, inputs: RewardModelInputs):
         join_mesh(inputs.model)
         self.inputs = inputs
-        self.model = build_reward_model(inputs.model.path, inputs.model.megatron, bf16=torch.cuda.is_available())
+        self.model = build_reward_model(inputs.model.path, inputs.model.megatron, bf16=torch.cuda.is_available(),
+                                        resident=inputs.resident)
+        self.retemplate = inputs.retemplate.build(inputs.model.path) if inputs.retemplate else None
 
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
     def compute_rm_score(self, batch: Batch) -> Batch:
         """`rm_scores` [B]: the model's score of each prompt + response."""
         seqs = sequences(batch)
+        if self.retemplate is not None:
+            responses = [seq[len(prompt):] for seq, prompt in zip(seqs, batch["prompt_ids"])]
+            seqs = self.retemplate(batch["raw_prompt"], responses)
         groups = self.inputs.forward.split([len(s) for s in seqs])
         return Batch({"rm_scores": self.model.sequence_scores(seqs, groups).float().cpu()})

@@ -32,3 +32,12 @@ def test_placement_is_described_for_the_user(monkeypatch):
     ]
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "1")
     assert describe_placement(cfg).startswith("launcher: torchrun (trainer.launcher=auto)")
+
+
+def test_reward_model_colocated_or_in_its_own_pool():
+    rm = ["algorithm.adv_estimator=grpo", "rollout.n=2", "reward.model.path=/rm", "trainer.n_gpus_per_node=4"]
+    assert load_config(overrides=rm).reward_model_world_size == 4
+    assert role_pools(load_config(overrides=rm))["reward_model"] == "main"
+    cfg = load_config(overrides=[*rm, "reward.model.enable_resource_pool=true", "reward.model.n_gpus_per_node=1"])
+    assert resource_pools(cfg) == [PoolSpec("main", (4,)), PoolSpec("reward_model", (1,))]
+    assert role_pools(cfg)["reward_model"] == "reward_model" and cfg.reward_model_world_size == 1

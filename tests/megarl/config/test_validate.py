@@ -60,10 +60,21 @@ def test_a_reward_model_shares_the_actors_mesh_and_some_reward_is_left():
     msg = one_problem("reward.model.path=rm", "reward.model.megatron.context_parallel_size=2",
                       "trainer.n_gpus_per_node=2")
     assert msg == ("the reward model runs in the actor's processes and so its megatron mesh: set "
-                   "reward.model.megatron.context_parallel_size=1")
+                   "reward.model.megatron.context_parallel_size=1, or give it its own GPUs with "
+                   "reward.model.enable_resource_pool=true (Ray launcher)")
     assert "leaves no reward without a reward model" in one_problem("reward.rule_weight=0")
     assert "reward.rule_weight=-1.0 must be ≥ 0" in one_problem("reward.rule_weight=-1.0")
     assert load_config(overrides=["reward.model.path=rm", "reward.rule_weight=0"]).reward.rule_weight == 0
+
+
+def test_a_reward_model_in_its_own_pool_has_its_own_mesh():
+    own_pool = ["reward.model.path=rm", "reward.model.enable_resource_pool=true", "reward.model.n_gpus_per_node=2",
+                "reward.model.megatron.tensor_model_parallel_size=2", "trainer.n_gpus_per_node=1"]
+    assert load_config(overrides=own_pool).reward_model_world_size == 2
+    msg = one_problem(*own_pool[:3], "reward.model.megatron.tensor_model_parallel_size=4")
+    assert "= 4 does not divide the 2 GPUs (reward.model.nnodes × reward.model.n_gpus_per_node)" in msg
+    assert "reward.model.enable_resource_pool=true needs trainer.launcher=ray" in one_problem(
+        *own_pool, "trainer.launcher=torchrun")
 
 
 def test_critic_in_its_own_pool():

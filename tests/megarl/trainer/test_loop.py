@@ -123,14 +123,25 @@ def assert_the_viewer_shows(out, record, tmp_path):
     assert strip.count("<span title=") == record["response_length"]
 
 
-def test_grpo_rewarded_by_a_reward_model_alone(setup, tmp_path):
-    """reward.rule_weight=0: the reward model's scores are the rewards; the rules still grade (rule_score)."""
-    reward_model = make_reward_model(tmp_path / "rm")
+def test_grpo_rewarded_by_a_reward_model_alone_on_gpus_of_its_own(setup, tmp_path):
+    """reward.rule_weight=0: the reward model's scores are the rewards; the rules still grade (rule_score). The
+    reward model runs in a pool of its own (one process beside the actor's one: a local Ray has the machine's two
+    cores) and has a tokenizer of its own, so it scores each prompt + response re-encoded: its scores equal
+    transformers' on the re-encoded text."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    reward_model = make_reward_model(tmp_path / "rm", vocab_size=300)
     out = tmp_path / "run"
     proc = run_command([sys.executable, "-m", "megarl.train",
                         *overrides(setup, out, "algorithm.adv_estimator=grpo", f"reward.model.path={reward_model}",
-                                   "reward.rule_weight=0", "reward.model.weight=2.0")], timeout=480)
+                                   "reward.rule_weight=0", "reward.model.weight=2.0",
+                                   "reward.model.enable_resource_pool=true", "reward.model.n_gpus_per_node=1",
+                                   "trainer.n_gpus_per_node=1", "trainer.log_samples=-1")], timeout=480)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-5000:]
+    assert "pool main: 1 node × 1 GPUs, one process per GPU hosting actor, rollout" in proc.stdout
+    assert "pool reward_model: 1 node × 1 GPUs, one process per GPU hosting reward_model" in proc.stdout
+    assert "reward model: it reads text differently from the policy" in proc.stdout
     steps = read_metrics(out)
     assert COMMON | {"reward/model_score/mean", "reward/rule_score/mean", "timing_s/reward_model"} <= steps[0].keys()
     for step in steps:
@@ -138,3 +149,14 @@ def test_grpo_rewarded_by_a_reward_model_alone(setup, tmp_path):
     records = read_samples(out / "samples" / "train" / "1.jsonl")
     assert all(r["score"] == pytest.approx(2.0 * r["rm_score"], abs=1e-5) for r in records)
     assert len({round(r["rm_score"], 5) for r in records}) > 1  # scored per response
+    judge = AutoTokenizer.from_pretrained(reward_model)
+    hf = AutoModelForSequenceClassification.from_pretrained(reward_model, torch_dtype=torch.float32).eval()
+    for record in records:
+        a, b = {"3": (1, 2), "7": (3, 4), "4": (2, 2), "6": (5, 1)}[record["gts"]]  # the setup's prompts
+        prompt = judge.apply_chat_template([{"role": "user", "content": f"What is {a} + {b}? ####"}],
+                                           add_generation_prompt=True, tokenize=False)
+        ids = [*judge(prompt, add_special_tokens=False)["input_ids"],
+               *judge(record["output"], add_special_tokens=False)["input_ids"],
+               *[judge.eos_token_id] * (record["finish_reason"] == "stop")]
+        with torch.no_grad():
+            assert record["rm_score"] == pytest.approx(hf(torch.tensor([ids])).logits[0, 0].item(), abs=1e-4)

@@ -35,9 +35,15 @@ def main() -> None:
     scores = model.sequence_scores(seqs, [[0, 1], [2, 3]])
     with torch.no_grad():
         reference = torch.stack([hf(input_ids=s[None]).logits[0, 0] for s in seqs])
+    # Colocated, its weights leave the GPU after each pass; in a pool of its own (resident) they stay.
+    resident = build_reward_model(args.model_dir, MegatronConfig(tensor_model_parallel_size=args.tp), resident=True)
+    resident_scores = resident.sequence_scores(seqs, [[0, 1], [2, 3]])
     if torch.distributed.get_rank() == 0:
         with open(args.out, "w") as f:
-            json.dump({"scores": scores.tolist(), "max_abs_diff": (scores - reference).abs().max().item()}, f)
+            json.dump({"scores": scores.tolist(), "max_abs_diff": (scores - reference).abs().max().item(),
+                       "resident_max_abs_diff": (resident_scores - reference).abs().max().item(),
+                       "params_on_device": {"colocated": model.state.params_on_device,
+                                            "resident": resident.state.params_on_device}}, f)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """Each role's typed inputs, derived from a recipe once."""
 
+from dataclasses import replace
+
 from megarl.config import SFT_RECIPE, load_config
 from megarl.models.packing import MicroBatching
 from megarl.workers.inputs import role_inputs, sft_inputs
@@ -45,3 +47,24 @@ def test_sft_inputs():
     inputs = sft_inputs(cfg, 7)
     assert inputs.micro == MicroBatching(False, 8, cfg.data.max_token_len_per_gpu) and inputs.total_steps == 7
     assert inputs.tokenizer_path == "/tok" and inputs.model.megatron == cfg.actor.megatron
+
+
+def test_reward_model_inputs_say_where_it_runs_and_whether_it_reads_the_policys_ids(tmp_path):
+    from megarl.models.tokenizer import PLAIN_TEMPLATE
+    from tests.helpers import make_tokenizer
+
+    for name, vocab in (("policy", 400), ("same", 400), ("other", 300)):
+        make_tokenizer(tmp_path / name, vocab_size=vocab)
+    base = ["algorithm.adv_estimator=grpo", "rollout.n=2", f"model.path={tmp_path / 'policy'}"]
+
+    def inputs(*extra):
+        return role_inputs(load_config(overrides=[*base, *extra]), 1).reward_model
+
+    same = inputs(f"reward.model.path={tmp_path / 'same'}")
+    assert same.retemplate is None and not same.resident
+    other = inputs(f"reward.model.path={tmp_path / 'other'}", "reward.model.enable_resource_pool=true")
+    assert other.retemplate.policy_tokenizer == str(tmp_path / "policy") and other.resident
+    cfg = load_config(overrides=[*base, f"reward.model.path={tmp_path / 'same'}"])
+    model = replace(cfg.reward.model, chat_template=PLAIN_TEMPLATE)  # a Jinja template, as a recipe YAML holds it
+    templated = role_inputs(replace(cfg, reward=replace(cfg.reward, model=model)), 1).reward_model
+    assert templated.retemplate.chat_template == PLAIN_TEMPLATE

@@ -1,5 +1,6 @@
 """The reward-model role scores a prompt + response at its last token as HF's sequence-classification model does,
-at TP 1 and 2; a checkpoint without a one-label `score.weight` is refused."""
+at TP 1 and 2, its weights leaving the GPU after each pass unless it is resident (a pool of its own); a checkpoint
+without a one-label `score.weight` is refused."""
 
 import json
 import sys
@@ -25,7 +26,8 @@ def test_scores_equal_hf_sequence_classification(reward_model, tmp_path, tp):
     proc = run_command(cmd, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(out.read_text())
-    assert result["max_abs_diff"] < 1e-4
+    assert result["max_abs_diff"] < 1e-4 and result["resident_max_abs_diff"] < 1e-4
+    assert result["params_on_device"] == {"colocated": False, "resident": True}
     assert len(set(round(s, 4) for s in result["scores"])) == 4  # a real score per sequence, not a constant
 
 
