@@ -67,8 +67,8 @@ def test_dapo_learns_with_dynamic_sampling_and_overlong_shaping(workdir):
 
 def test_rlhf_trains_a_reward_model_on_ranked_samples_and_ppo_learns_from_it_alone(workdir):
     """InstructGPT's stages 2 and 3 after the SFT: the reward model ranks held-out answers right ≥ 90 % of the time,
-    and PPO rewarded by it alone raises the rule-checked accuracy. (Not yet to the ≥ 0.8 the rules reach: the policy
-    then finds answers the reward model over-rates; recipes/tiny_cpu_rlhf.yaml has the measured curve.)"""
+    and PPO rewarded by it alone raises the rule-checked accuracy from ≤ 0.4 to ≥ 0.8, in training (the last five
+    steps' mean) and in validation (greedy, on held-out prompts)."""
     steps, validation = run_recipe(workdir, "rlhf", "ray")
     rm_rows = (workdir / "outputs/tiny_cpu/rm/metrics.jsonl").read_text().splitlines()
     held_out = [row["val/rm/accuracy"] for row in map(json.loads, rm_rows) if "val/rm/accuracy" in row]
@@ -76,8 +76,8 @@ def test_rlhf_trains_a_reward_model_on_ranked_samples_and_ppo_learns_from_it_alo
     for step in steps:  # reward.rule_weight=0: the reward model's score is the whole reward
         assert step["critic/score/mean"] == pytest.approx(step["reward/model_score/mean"], abs=1e-4)
     rule = [s["reward/rule_score/mean"] for s in steps]
-    assert rule[0] <= 0.4 and max(rule) >= 0.5, rule
-    assert validation[0] <= 0.4 and validation[max(validation)] > validation[0], validation
+    assert rule[0] <= 0.4 and sum(rule[-5:]) / 5 >= 0.8, rule
+    assert validation[0] <= 0.4 and validation[max(validation)] >= 0.8, validation
 
 
 def test_lora_learns_with_the_adapters_alone(workdir):
