@@ -62,6 +62,10 @@ def test_reward_model_inputs_say_where_it_runs_and_whether_it_reads_the_policys_
 
     same = inputs(f"reward.model.path={tmp_path / 'same'}")
     assert same.retemplate is None and not same.resident
+    assert same.forward == MicroBatching(False, 1, 16384)  # the actor's log-prob batching by default
+    batching = inputs(f"reward.model.path={tmp_path / 'same'}", "reward.model.use_dynamic_bsz=true",
+                      "reward.model.micro_batch_size_per_gpu=3", "reward.model.max_token_len_per_gpu=77")
+    assert batching.forward == MicroBatching(True, 3, 77)  # what the worker splits its passes with
     other = inputs(f"reward.model.path={tmp_path / 'other'}", "reward.model.enable_resource_pool=true")
     assert other.retemplate.policy_tokenizer == str(tmp_path / "policy") and other.resident
     cfg = load_config(overrides=[*base, f"reward.model.path={tmp_path / 'same'}"])
