@@ -168,7 +168,8 @@ def append_row(out: Path, row: dict, code: int, tail: str) -> int:
     return code
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """This script's options (`argv`: a recorded row's, for benchmarks/plan_check.py)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recipe", default=SEED_003_RECIPE, help="seed 003's settings apply to its own recipe only")
     parser.add_argument("--shape", default="qwen3-8b", help="megarl.models.shapes name of the random-weight model")
@@ -191,7 +192,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--work", type=Path, default=Path("/tmp/rl_memory"))
     parser.add_argument("--data", type=Path, default=REPO.parent / "shared/data/gsm8k")
     parser.add_argument("--out", type=Path, required=True)
-    return parser.parse_args()
+    return parser.parse_args(argv)
 
 
 def main() -> int:

@@ -1,5 +1,6 @@
 """What one actor's log-prob pass and update hold on one GPU, part by part (torch's allocator in this process, and the
-process's device memory from nvidia-smi): the figures `megarl plan`'s calibration is fitted to.
+process's device memory from nvidia-smi), to check `megarl plan`'s parts against. Its update's loss is the mean of
+the fp32 logits, not the RL loss: the update's vocabulary-sized tensors are not an RL update's.
 
     torchrun --nproc-per-node 1 benchmarks/update_memory.py --layers 12 --tokens 12288 --recompute full --out r.json
 

@@ -63,5 +63,10 @@ def forward_bytes(shape: ModelShape, mesh: Mesh, tokens: int) -> int:
 
 
 def logits_bytes(shape: ModelShape, mesh: Mesh, tokens: int) -> int:
-    """The output layer's logits for one micro-batch, [tokens × vocab/tp] in bf16 (so is their gradient)."""
+    """The output layer's logits for one micro-batch, [tokens × vocab/tp] in bf16, the layer's dtype."""
     return BF16 * gpu_tokens(mesh, tokens) * -(-shape.vocab // mesh.tp)
+
+
+def vocabulary_weight_bytes(shape: ModelShape, mesh: Mesh) -> int:
+    """One [vocab/tp × hidden] matrix (the output layer's, or the embedding's) in bf16."""
+    return BF16 * -(-shape.vocab // mesh.tp) * shape.hidden

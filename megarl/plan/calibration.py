@@ -1,10 +1,12 @@
 """Every empirical constant of the memory plan, in one place.
 
 The rest of the plan is arithmetic on the model's shape and the recipe; these numbers stand for what that
-arithmetic cannot see (CUDA contexts, allocator slack, the engine's own buffers, processes' host baselines).
-`released_engine_gib`, `generation_workspace_gib` and `update_reserve_fraction` are fitted to the device-wide phase
-peaks and the trainer's torch reservations of three Qwen3-8B-shaped runs (12 layers, TP 1, one H200, no/optimizer/all
-offload: benchmarks/results/2026-11-23-memory.json); the others are first estimates, not yet measured.
+arithmetic cannot see (memory outside torch's allocator, the engine's own buffers, processes' host baselines).
+`trainer_process_gib`, `released_engine_gib` and `engine_runtime_gib` are measured, not fitted: they are
+decompositions of the device-wide phase peaks (`memory/<phase>/peak_gb`), the trainer's torch reservation in the same
+phases (`memory/<phase>/reserved_gb`) and each process's peak from nvidia-smi, in the seven runs that recorded all
+three (benchmarks/results/2026-11-23-memory.json, 2026-11-23-lora-gpu.json, 2026-11-24-memory.json: Qwen3-8B shapes
+of 6 and 12 layers and Qwen2.5-0.5B, on an H100 and an H200, a 24 GiB cap among them). docs/memory.md has the ranges.
 """
 
 from __future__ import annotations
@@ -21,24 +23,25 @@ def gib(value: float) -> int:
 
 @dataclass(frozen=True)
 class Calibration:
-    # One process's CUDA context with its cuBLAS workspaces and NCCL buffers. Each GPU has two such processes:
-    # the trainer's worker (hosting every colocated role) and the SGLang scheduler of its engine rank.
+    # The trainer's worker process's device memory outside torch's caching allocator: its CUDA context, NCCL's and
+    # cuBLAS's buffers. Measured: the process's nvidia-smi peak less its peak torch reservation, 2.7-2.8 GiB in all
+    # seven runs. It is there before the engine starts, so the engine's share of free memory is computed without it.
+    trainer_process_gib: float = 2.8
+    # The SGLang engine process's CUDA context (with what it allocates before measuring free memory): what it takes
+    # from the free memory its share is a fraction of. Not measured apart from its released footprint.
     cuda_context_gib: float = 0.75
-    # What a released SGLang engine still holds beyond its context: CUDA graphs, request-to-token pools, its
-    # allocator's cache. Present in every phase (while generating too). Fitted: device-wide peak minus the trainer's
-    # torch reservation in the log-prob phases, less two contexts.
-    released_engine_gib: float = 3.6
-    # The engine's activations, sampling buffers and request-to-token table while generating: outside
-    # mem_fraction_static (SGLang leaves the other 1 - fraction of the free memory for them). Fitted: the scheduler
-    # process's peak beside its weights, KV cache, context and released share.
-    generation_workspace_gib: float = 2.3
+    # Everything a released SGLang engine process still holds, its context included: CUDA graphs, request pools,
+    # its allocator's cache of generation buffers (torch_memory_saver releases only the weights and the KV cache).
+    # Measured: device-wide peak less the trainer's reservation less `trainer_process_gib` in the phases after the
+    # release, 2.1-2.3 GiB for the Qwen3-8B shapes, 1.7 GiB for Qwen2.5-0.5B.
+    released_engine_gib: float = 2.2
+    # What the resumed engine holds beyond its released footprint, weights and KV cache: the gen peak less all of
+    # those and the trainer's memory, 0.5-0.9 GiB in six runs (0.2 in the LoRA run). The end of a sync, once the
+    # KV cache is back, measured within 0.1 GiB of gen in every run, so it is no generation workspace.
+    engine_runtime_gib: float = 0.75
     # Measured / modelled trainer activations: backward's temporaries, which the per-tensor formula
-    # (megarl/plan/activations.py) does not count. An update measured alone matches the formula within 1 GiB.
+    # (megarl/plan/activations.py) does not count. Kept at 1.0: no run has measured activations apart from logits.
     activation_scale: float = 1.0
-    # What torch's allocator reserves in the RL loop's update beyond its live tensors (micro-batches of varied sizes,
-    # the hybrid optimizer's side streams), as a fraction of the update's transient bytes. Fitted: 42.2 GiB reserved
-    # against a 30.9 GiB peak of live tensors measured alone.
-    update_reserve_fraction: float = 1.1
     # The log-prob function's vocabulary-sized fp32 temporaries: two chunks of megarl/models/logprobs.py's
     # CHUNK_BYTES (256 MiB) alive at once, whatever the token count.
     logprob_chunks_gib: float = 0.5

@@ -5,23 +5,23 @@ SGLang scheduler process of the GPU's engine rank.
   python/sglang/srt/model_executor/model_runner.py, model_runner_kv_cache_mixin.py in recent versions): the KV pool
   gets `free_after_load − free_at_start × (1 − mem_fraction_static)` bytes, free memory measured when the engine
   starts (after the roles are built and their offloads applied) and after it loads its weights; so its weights and
-  KV cache together take mem_fraction_static of what the trainer left free, and memory the trainer frees before the
-  engine starts goes to the KV cache in that proportion. The trainer's resident state stays. SGLang's runtime
-  buffers come on top (in the 1 − fraction it leaves).
+  KV cache together take mem_fraction_static of what the trainer's process and the engine's context left free, and
+  memory the trainer frees before the engine starts goes to the KV cache in that proportion. The trainer's resident
+  state stays; the engine's runtime memory comes on top (in the 1 − fraction it leaves).
 - old_log_prob / ref / values: one forward micro-batch (one layer's activations; the log-prob passes add the
-  logits and the log-prob function's chunks); the reference's weights visit the GPU for its pass.
+  logits in bf16 and fp32 and the log-prob function's chunks); the reference's weights visit the GPU for its pass.
 - update_actor / update_critic: weights, gradients and (unless offloaded) optimizer state, and the activations of
-  one training micro-batch (the actor's also its logits and their gradient).
+  one training micro-batch (the actor's also its logits and their fp32 gradient).
 - sync: the engine's weights resumed and filled bucket by bucket while the actor's weights are on the GPU; then the
   KV cache resumes (the larger of the two moments counts).
-Every phase also holds the two processes' CUDA contexts and what the released engine keeps.
+Every phase also holds the trainer process's memory outside torch's allocator and what the released engine keeps.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from megarl.plan.activations import forward_bytes, logits_bytes, training_bytes
+from megarl.plan.activations import forward_bytes, logits_bytes, training_bytes, vocabulary_weight_bytes
 from megarl.plan.calibration import GIB, gib
 from megarl.plan.host import host_estimates
 from megarl.plan.inputs import PlanInputs
@@ -70,7 +70,8 @@ def _resident(roles: tuple[RoleState, ...], phase: str) -> Parts:
 
 def _engine(inputs: PlanInputs, resident: Parts) -> Engine:
     cfg, cal = inputs.cfg, inputs.calibration
-    free = inputs.gpu_bytes - 2 * gib(cal.cuda_context_gib) - sum(size for _, size in resident)
+    free = (inputs.gpu_bytes - gib(cal.trainer_process_gib) - gib(cal.cuda_context_gib)
+            - sum(size for _, size in resident))
     share = int(cfg.rollout.gpu_memory_utilization * max(free, 0))
     tp = cfg.rollout.tensor_model_parallel_size
     weights = 2 * inputs.policy.parameters // tp
@@ -81,7 +82,7 @@ def _engine(inputs: PlanInputs, resident: Parts) -> Engine:
 def _phase(inputs: PlanInputs, name: str, pool: str, roles: tuple[RoleState, ...],
            engine: Engine | None) -> PhaseEstimate:
     cal = inputs.calibration
-    base: Parts = (("CUDA contexts", gib(cal.cuda_context_gib) * (2 if engine else 1)),)
+    base: Parts = (("trainer process", gib(cal.trainer_process_gib)),)
     if engine:
         base += (("released engine", gib(cal.released_engine_gib)),)
     if name == "gen":
@@ -94,7 +95,7 @@ def _phase(inputs: PlanInputs, name: str, pool: str, roles: tuple[RoleState, ...
 def _gen(inputs: PlanInputs, held: Parts, engine: Engine) -> PhaseEstimate:
     cal, cfg = inputs.calibration, inputs.cfg
     parts = held + (("engine weights", engine.weights), ("engine KV cache", max(engine.kv_cache, 0)),
-                    ("engine workspace", gib(cal.generation_workspace_gib)))
+                    ("engine runtime", gib(cal.engine_runtime_gib)))
     problem = None
     if engine.free_at_start > 0 and engine.kv_cache_tokens < inputs.sequence_tokens:  # else the bytes do not fit
         problem = (f"the engine's share, rollout.gpu_memory_utilization={cfg.rollout.gpu_memory_utilization} of the "
@@ -108,14 +109,15 @@ def _sync(inputs: PlanInputs, base: Parts, roles: tuple[RoleState, ...], engine:
     streaming = base + _resident(roles, "sync") + (("engine weights", engine.weights),
                                                     ("sync bucket", gib(inputs.calibration.sync_bucket_gib)))
     resumed = base + _resident(roles, "gen") + (("engine weights", engine.weights),
-                                                 ("engine KV cache", max(engine.kv_cache, 0)))
+                                                 ("engine KV cache", max(engine.kv_cache, 0)),
+                                                 ("engine runtime", gib(inputs.calibration.engine_runtime_gib)))
     if sum(s for _, s in streaming) >= sum(s for _, s in resumed):
         return PhaseEstimate("sync", "trainer", streaming, inputs.gpu_bytes, note="while the weights stream")
     return PhaseEstimate("sync", "trainer", resumed, inputs.gpu_bytes, note="once the KV cache resumes")
 
 
 def _work(inputs: PlanInputs, phase: str) -> Parts:
-    """The phase's own transient memory: activations, logits, the log-prob function's chunks."""
+    """The phase's own transient memory: activations, and in the actor's passes the vocabulary-sized tensors."""
     cfg, cal = inputs.cfg, inputs.calibration
     tokens = micro_batch_tokens(inputs, phase)
     if phase in ("values", "update_critic"):
@@ -127,12 +129,26 @@ def _work(inputs: PlanInputs, phase: str) -> Parts:
     else:
         activations = forward_bytes(shape, mesh, tokens)
     parts: Parts = (("activations", round(cal.activation_scale * activations)),)
-    if phase not in ("values", "update_critic"):  # the value head's output is one number per token
-        logits = logits_bytes(shape, mesh, tokens)
-        # megatron's GPTModel returns the logits transposed and made contiguous: in a forward pass the output layer's
-        # logits and that copy are alive together; in an update the copy and its gradient are.
-        parts += (("logits", logits), ("logit grads" if phase == "update_actor" else "logits (copy)", logits),
-                  ("log-prob chunks", gib(cal.logprob_chunks_gib)))
-    if phase.startswith("update"):
-        parts += (("allocator reserve", round(cal.update_reserve_fraction * sum(size for _, size in parts))),)
-    return parts
+    if phase in ("values", "update_critic"):  # the value head's output is one number per token
+        return parts
+    weight_grad = vocabulary_weight_bytes(shape, mesh) if phase == "update_actor" else None
+    return parts + _vocabulary(inputs, logits_bytes(shape, mesh, tokens), weight_grad)
+
+
+def _vocabulary(inputs: PlanInputs, logits: int, weight_grad: int | None) -> Parts:
+    """The [tokens × vocab/tp] tensors of a log-prob pass, `logits` bytes each in bf16. megatron's Float16Module hands
+    the last stage's output on upcast to fp32 (`fp32_output` defaults to true), so the output layer's bf16 logits and
+    their fp32 copy exist together, and the log-prob function keeps the fp32 copy. An update adds the fp32 gradient
+    its backward fills beside the saved copy; the bf16 block, freed during the forward, stays in torch's cache, which
+    cannot hand it to the fp32 tensors (twice its size). (GPTModel's transpose to [batch, tokens, vocab] copies
+    nothing: a packed micro-batch is one row.)
+    `weight_grad` (an update's): the output layer's and the embedding's weight gradient, which megatron without
+    Transformer Engine's fused accumulation computes in bf16 before adding it to the fp32 buffer, one at a time.
+    It takes a block the fp32 logits freed when it fits in one (torch's cache does not join separate blocks), and a
+    block of its own when it does not: with fewer tokens per micro-batch than half the hidden size."""
+    parts: Parts = (("logits", logits), ("logits (fp32)", 2 * logits))
+    if weight_grad is not None:
+        parts += (("logit grads (fp32)", 2 * logits),)
+        if weight_grad > 2 * logits:
+            parts += (("vocabulary weight grad", weight_grad),)
+    return parts + (("log-prob chunks", gib(inputs.calibration.logprob_chunks_gib)),)

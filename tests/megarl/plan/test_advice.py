@@ -22,7 +22,8 @@ def test_gradient_offload_when_the_optimizer_is_offloaded_already(inputs_for):
 
 
 def test_a_token_budget_is_named_when_no_offload_helps(inputs_for):
-    inputs = inputs_for("actor.ppo_max_token_len_per_gpu=131072", gpu_gib=50.0)
+    inputs = inputs_for("actor.ppo_max_token_len_per_gpu=131072", "actor.log_prob_max_token_len_per_gpu=12288",
+                        gpu_gib=50.0)
     assert [e.name for e in plan_memory(inputs).failing] == ["update_actor"]
     advice = cheapest_fix(inputs)
     key, budget = advice.changes[-1]

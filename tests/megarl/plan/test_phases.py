@@ -1,10 +1,12 @@
 """The per-GPU memory model: what each offload flag removes from which phase, how activations scale with the token
 budget, the engine's share (SGLang's rule) and the host copies."""
 
+from dataclasses import replace
+
 import pytest
 
 from megarl.plan import plan_memory
-from megarl.plan.calibration import GIB
+from megarl.plan.calibration import GIB, gib
 from megarl.plan.state import role_states
 
 FRACTION = 0.5  # the recipe's rollout.gpu_memory_utilization
@@ -72,7 +74,7 @@ def test_activations_scale_linearly_with_the_token_budget(inputs_for):
     for recompute in ("full", "null", "selective"):
         (small, small_lp), (large, large_lp) = (update(budget, f"actor.megatron.recompute_granularity={recompute}")
                                                 for budget in (6144, 12288))
-        for part in ("activations", "logits", "logit grads"):
+        for part in ("activations", "logits", "logits (fp32)", "logit grads (fp32)"):
             assert large.part(part) == 2 * small.part(part), (recompute, part)
         assert large_lp.part("activations") == 2 * small_lp.part("activations")
         assert large.part("log-prob chunks") == small.part("log-prob chunks")  # bounded, whatever the tokens
@@ -92,15 +94,73 @@ def test_a_budget_below_one_sequence_or_above_the_batch_changes_nothing(inputs_f
 
 def test_the_engine_takes_its_fraction_of_what_the_trainer_leaves_free(inputs_for):
     inputs = inputs_for(gpu_gib=80.0)
+    cal = inputs.calibration
     plan = plan_memory(inputs)
     gen = plan.phase("gen")
     resident = sum(size for name, size in gen.parts if name.startswith(("actor", "reference", "critic")))
-    contexts = gen.part("CUDA contexts")
+    # Free when the engine measures it: less the trainer process's memory outside torch and the engine's context.
+    taken = gib(cal.trainer_process_gib) + gib(cal.cuda_context_gib)
     engine = gen.part("engine weights") + gen.part("engine KV cache")
-    assert engine == pytest.approx(FRACTION * (80 * GIB - contexts - resident), abs=1)
+    assert engine == pytest.approx(FRACTION * (80 * GIB - taken - resident), abs=1)
     assert gen.part("engine weights") == 2 * inputs.policy.parameters // 4
+    assert gen.part("engine runtime") == gib(cal.engine_runtime_gib)
     assert plan.kv_cache_tokens == gen.part("engine KV cache") // inputs.policy.kv_cache_bytes_per_token(4)
     assert gen.fits
+
+
+def test_the_trainer_process_memory_outside_torch_is_in_every_phase_and_not_in_the_engine_share(inputs_for):
+    """One GiB more of it raises each trainer phase by that GiB, and gen and a sync that peaks once the KV cache
+    resumes by only 1 − fraction of it: the engine's share of free memory shrinks by the rest."""
+    inputs = inputs_for(gpu_gib=80.0)
+    more = replace(inputs, calibration=replace(inputs.calibration,
+                                               trainer_process_gib=inputs.calibration.trainer_process_gib + 1))
+    plan = plan_memory(inputs)
+    assert plan.phase("sync").note == "once the KV cache resumes"
+    for phase, rise in drops(plan_memory(more), plan).items():
+        expected = (1 - FRACTION) * GIB if phase in ("gen", "sync") else GIB
+        assert rise == pytest.approx(expected, abs=2), phase
+
+
+def test_the_logits_are_held_in_bf16_and_upcast_to_fp32(inputs_for):
+    """megatron's Float16Module upcasts the last stage's output: the log-prob passes hold the output layer's bf16
+    logits and their fp32 copy, the update also the fp32 gradient, each [tokens × vocab/tp]."""
+    for tp in (1, 2):
+        inputs = inputs_for(f"actor.megatron.tensor_model_parallel_size={tp}",
+                            f"rollout.tensor_model_parallel_size={tp}", "actor.ppo_max_token_len_per_gpu=4096",
+                            "actor.log_prob_max_token_len_per_gpu=4096")
+        bf16 = 2 * 4096 * inputs.policy.vocab // tp
+        plan = plan_memory(inputs)
+        for phase in ("old_log_prob", "ref", "update_actor"):
+            assert plan.phase(phase).part("logits") == bf16, (tp, phase)
+            assert plan.phase(phase).part("logits (fp32)") == 2 * bf16, (tp, phase)
+        assert plan.phase("update_actor").part("logit grads (fp32)") == 2 * bf16
+        assert plan.phase("old_log_prob").part("logit grads (fp32)") == 0
+
+
+def test_the_vocabulary_weight_gradient_takes_a_block_of_its_own_only_where_the_fp32_logits_are_smaller(inputs_for):
+    """bf16 [vocab/tp × hidden] against the fp32 logits' 4 × tokens × vocab/tp bytes: at TP 4 and hidden 4096 it
+    needs a block of its own below 2048 tokens per micro-batch."""
+    def update(budget):
+        inputs = inputs_for(f"actor.ppo_max_token_len_per_gpu={budget}",
+                            f"actor.log_prob_max_token_len_per_gpu={budget}")
+        return inputs.policy, plan_memory(inputs)
+
+    shape, small = update(1536)
+    assert small.phase("update_actor").part("vocabulary weight grad") == 2 * shape.vocab // 4 * shape.hidden
+    assert small.phase("old_log_prob").part("vocabulary weight grad") == 0  # no gradients in a forward
+    assert update(2048)[1].phase("update_actor").part("vocabulary weight grad") == 0
+
+
+def test_an_update_holds_its_micro_batch_tensors_and_no_reserve_scaled_from_them(inputs_for):
+    """A phase's transient parts are tensors it allocates: the critic's update only its activations (the value
+    head's output is one number per token), the actor's also the vocabulary-sized ones and the log-prob chunks."""
+    plan = plan_memory(inputs_for("algorithm.adv_estimator=gae", "critic.megatron.tensor_model_parallel_size=4"))
+    held = ("weights", "grads", "optimizer", "trainer process", "released engine")
+    vocabulary = {"logits", "logits (fp32)", "logit grads (fp32)", "log-prob chunks"}
+    for phase, expected in (("values", {"activations"}), ("update_critic", {"activations"}),
+                            ("old_log_prob", {"activations"} | vocabulary - {"logit grads (fp32)"}),
+                            ("update_actor", {"activations"} | vocabulary)):
+        assert {name for name, _ in plan.phase(phase).parts if not name.endswith(held)} == expected, phase
 
 
 def test_an_engine_share_without_room_for_a_sequence_is_a_problem(inputs_for):

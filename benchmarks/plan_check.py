@@ -1,0 +1,112 @@
+"""`megarl plan` against every measured run of benchmarks/rl_memory.py in result files: each `what: memory` row's
+config rebuilt from its recorded command, planned with the planner of this checkout, and compared phase by phase
+with the measured device-wide peak; beside it the trainer's torch reservation in the phase and the device-wide
+memory outside it (the engine, the trainer process's memory outside torch's allocator).
+
+    python benchmarks/plan_check.py benchmarks/results/2026-11-2[34]-memory.json benchmarks/results/*-lora-gpu.json
+    python benchmarks/plan_check.py --data ../shared/data/gsm8k FILES   # also the runs' real largest micro-batches
+
+With --data, the loader's batches of each run are rebuilt (the benchmark's 400-token tokenizer, the recipe's seed,
+full-length responses) and split as megarl splits them: the largest micro-batch of each phase, in tokens, which the
+plan takes as its token budget (or micro-batch size × prompt + response).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from rl_memory import REPO, parse_args as memory_args, recipe_overrides
+
+from megarl.config import load_config
+from megarl.plan.calibration import GIB
+from megarl.plan.inputs import get_key, plan_inputs
+from megarl.plan.phases import plan_memory
+from megarl.plan.tokens import BATCHING
+
+GPU_GIB = {"nvidia-h200": 140.4, "nvidia-h200-x2": 140.4, "nvidia-h100-x1": 79.6474609375}  # nvidia-smi's totals
+
+
+def measured_rows(files: list[Path]):
+    for file in files:
+        for row in json.loads(file.read_text()):
+            if row.get("what") in ("memory", "lora-memory") and row.get("memory_gb"):
+                yield row
+
+
+def run_config(row: dict):
+    """The run's loaded config and its rl_memory options, from the recorded command."""
+    args = memory_args(shlex.split(row["command"])[2:])
+    overrides = recipe_overrides(args, args.work / "model", args.work / "train.parquet", args.work / "run")
+    return load_config(str(REPO / args.recipe), overrides), args
+
+
+def compare(row: dict) -> list[str]:
+    cfg, args = run_config(row)
+    gpu_gib = args.gpu_cap_gib or GPU_GIB[row["machine"]]
+    plan = plan_memory(plan_inputs(cfg, gpu_gib, 1000.0, args.shape, args.layers)[0])
+    lines = [f"{row['label']} ({row['commit']}, {row['machine']}, {gpu_gib:g} GiB)"]
+    for phase in plan.phases:
+        peak = row["memory_gb"].get(f"memory/{phase.name}/peak_gb")
+        if peak is None:
+            continue
+        peak, reserved = peak * 1e9 / GIB, row["memory_gb"].get(f"memory/{phase.name}/reserved_gb")
+        split = (f"  trainer reserved {reserved * 1e9 / GIB:6.2f}, outside it {peak - reserved * 1e9 / GIB:6.2f}"
+                 if reserved is not None else "")
+        lines.append(f"  {phase.name:13} plan {phase.total / GIB:7.2f}  measured {peak:7.2f}  "
+                     f"{(phase.total / GIB - peak) / peak:+6.1%}{split}")
+    return lines
+
+
+def largest_micro_batches(row: dict, data: Path, work: Path) -> dict[str, int]:
+    """Per phase, the most tokens one micro-batch held over the run's steps (responses at full length)."""
+    from megarl.data.dataset import PromptLoader, RLDataset
+    from megarl.data.preprocess import preprocess
+    from megarl.models.packing import MicroBatching
+    from megarl.models.tokenizer import CHATML_TEMPLATE, DEFAULT_CORPUS, build_tokenizer
+
+    cfg, _ = run_config(row)
+    if not (work / "gsm8k/train.parquet").exists():
+        preprocess("gsm8k", str(data), work / "gsm8k")
+    tokenizer = build_tokenizer(work / "tokenizer", DEFAULT_CORPUS, vocab_size=400, chat_template=CHATML_TEMPLATE)
+    dataset = RLDataset.from_config([str(work / "gsm8k/train.parquet")], tokenizer, cfg.data)
+    batches = iter(PromptLoader(dataset, cfg.data.generation_batch_size, shuffle=cfg.data.shuffle,
+                                seed=cfg.trainer.seed))
+    largest: dict[str, int] = {}
+    for _ in range(row["steps_done"]):
+        lengths = [len(p) + cfg.data.max_response_length for p in next(batches)["prompt_ids"]
+                   for _ in range(cfg.rollout.n)]
+        for phase, batching in BATCHING.items():
+            if batching.role == "critic" and not cfg.use_critic:
+                continue
+            dp = cfg.dp_size(batching.role)
+            rank = lengths[:len(lengths) // dp]  # the first data-parallel rank's contiguous share
+            per_pass = (get_key(cfg, batching.mini_batch_key) * cfg.rollout.n // dp if batching.mini_batch_key
+                        else len(rank))
+            split = MicroBatching(dynamic=get_key(cfg, batching.dynamic_key),
+                                  per_gpu=get_key(cfg, batching.samples_key),
+                                  max_tokens=get_key(cfg, batching.tokens_key)).split
+            for start in range(0, len(rank), per_pass):
+                part = rank[start:start + per_pass]
+                largest[phase] = max(largest.get(phase, 0), *(sum(part[i] for i in mb) for mb in split(part)))
+    return largest
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("files", nargs="+", type=Path)
+    parser.add_argument("--data", type=Path, help="GSM8K's raw files: also report each run's real micro-batches")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/plan_check"))
+    args = parser.parse_args()
+    for row in measured_rows(args.files):
+        print("\n".join(compare(row)))
+        if args.data:
+            print(f"  largest micro-batches (tokens): {largest_micro_batches(row, args.data, args.work)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
