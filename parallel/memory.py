@@ -11,10 +11,13 @@ Each worker process runs one sampler thread (`start`, from `WorkerHost.join`). E
 Times are wall-clock so that windows timed by the driver, another process and maybe another node, compare with
 them (NTP keeps nodes' clocks within milliseconds, below the interval).
 
-A window's peak is the largest of the samples that bound it: those inside it, the last one at or before its start
-and the first one at or after its end. Memory between two samples is unknown, so a spike just inside an edge counts,
-and a window shorter than the interval still gets a value. `peaks` takes a sample of its own first, so a window
-that ended just before the query has a sample after it.
+A window's peak is the largest of the samples inside it. The samples just outside its edges are not counted while
+it has samples of its own: they belong to the phases before and after, and counting them charged a phase with what
+the previous one released at the boundary (an update's cache, a released engine's memory, the reference's weights):
+a sample can read the device before a release and the reservation after it. Memory held for less than an interval
+may go unseen; phases are longer. A window shorter than the interval, with no sample inside, gets the samples that
+bound it: the last one at or before its start and the first one at or after its end. `peaks` takes a sample of its
+own first, so a window that ended just before the query has a sample after it.
 
 The samples live in a ring of fixed size (the last `RETAINED_S` at the interval, 24 bytes each): memory stays
 bounded in processes nobody asks (SFT runs), and older samples are dropped as new ones come. A window that starts
@@ -101,11 +104,13 @@ class MemorySampler:
         before, after = self.times[self.times <= start], self.times[self.times >= end]
         if not before.size:
             return {"device": None, "host": None, "reserved": None}
-        last = after.min() if after.size else end  # a window reaching past the query: up to its end
-        bounding = (self.times >= before.max()) & (self.times <= last)
-        device = int(self.device[bounding].max()) if self.device_used is not None else None
-        reserved = int(self.reserved[bounding].max()) if self.reserved_used is not None else None
-        return {"device": device, "host": int(self.host[bounding].max()), "reserved": reserved}
+        chosen = (self.times >= start) & (self.times <= end)
+        if not chosen.any():
+            last = after.min() if after.size else end  # a window reaching past the query: up to its end
+            chosen = (self.times >= before.max()) & (self.times <= last)
+        device = int(self.device[chosen].max()) if self.device_used is not None else None
+        reserved = int(self.reserved[chosen].max()) if self.reserved_used is not None else None
+        return {"device": device, "host": int(self.host[chosen].max()), "reserved": reserved}
 
     def run(self, interval_s: float) -> None:
         """Sample every `interval_s` until `stop`; a daemon thread, so it never holds the process open."""
