@@ -19,12 +19,12 @@ import shlex
 import sys
 from pathlib import Path
 
+from plan_rows import plan_row
 from rl_memory import REPO, parse_args as memory_args, recipe_overrides
 
 from megarl.config import load_config
 from megarl.plan.calibration import GIB
-from megarl.plan.inputs import get_key, plan_inputs
-from megarl.plan.phases import plan_memory
+from megarl.plan.inputs import get_key
 from megarl.plan.tokens import BATCHING
 
 GPU_GIB = {"nvidia-h200": 140.4, "nvidia-h200-x2": 140.4, "nvidia-h100-x1": 79.6474609375}  # nvidia-smi's totals
@@ -47,17 +47,14 @@ def run_config(row: dict):
 def compare(row: dict) -> list[str]:
     cfg, args = run_config(row)
     gpu_gib = args.gpu_cap_gib or GPU_GIB[row["machine"]]
-    plan = plan_memory(plan_inputs(cfg, gpu_gib, 1000.0, args.shape, args.layers)[0])
+    phases = plan_row(cfg, row, gpu_gib, 1000.0, args.shape, args.layers)["phases"]
     lines = [f"{row['label']} ({row['commit']}, {row['machine']}, {gpu_gib:g} GiB)"]
-    for phase in plan.phases:
-        peak = row["memory_gb"].get(f"memory/{phase.name}/peak_gb")
-        if peak is None:
-            continue
-        peak, reserved = peak * 1e9 / GIB, row["memory_gb"].get(f"memory/{phase.name}/reserved_gb")
-        split = (f"  trainer reserved {reserved * 1e9 / GIB:6.2f}, outside it {peak - reserved * 1e9 / GIB:6.2f}"
-                 if reserved is not None else "")
-        lines.append(f"  {phase.name:13} plan {phase.total / GIB:7.2f}  measured {peak:7.2f}  "
-                     f"{(phase.total / GIB - peak) / peak:+6.1%}{split}")
+    for name, phase in phases.items():
+        reserved = row["memory_gb"].get(f"memory/{name}/reserved_gb")
+        split = (f"  trainer reserved {reserved * 1e9 / GIB:6.2f}, outside it "
+                 f"{phase['measured_gib'] - reserved * 1e9 / GIB:6.2f}" if reserved is not None else "")
+        lines.append(f"  {name:13} plan {phase['predicted_gib']:7.2f}  measured {phase['measured_gib']:7.2f}  "
+                     f"{phase['error']:+6.1%}{split}")
     return lines
 
 

@@ -14,9 +14,12 @@ def error(predicted: float, measured: float) -> float:
     return round((predicted - measured) / measured, 3)
 
 
-def plan_row(cfg, measured: dict, gpu_gib: float, host_gib: float) -> dict:
-    """`measured`: a `what: memory` row of benchmarks/rl_memory.py (its `memory_gb` in GB, ballast subtracted)."""
-    inputs, source = plan_inputs(cfg, gpu_gib, host_gib)
+def plan_row(cfg, measured: dict, gpu_gib: float, host_gib: float, shape: str | None = None,
+             layers: int | None = None) -> dict:
+    """`measured`: a `what: memory` row of benchmarks/rl_memory.py (its `memory_gb` in GB, ballast subtracted).
+    `shape`, `layers`: plan that megarl.models.shapes shape instead of the config's model.path (which a replanned
+    run's machine no longer holds)."""
+    inputs, source = plan_inputs(cfg, gpu_gib, host_gib, shape, layers)
     plan = plan_memory(inputs)
     phases = {}
     for phase in plan.phases:
