@@ -144,9 +144,14 @@ class ValSamplingConfig:
     do_sample: bool = False  # False: greedy, whatever the temperature
 
 
+ROLLOUT_MODES = ("sync", "async")
+
+
 @dataclass(frozen=True)
 class RolloutConfig:
     name: str = "sglang"  # sglang | transformers
+    # async: one engine request per response, each scored as it finishes while the rest generate (docs/rollout.md)
+    mode: str = "sync"
     tensor_model_parallel_size: int = 1
     n: int = 1  # responses sampled per prompt
     temperature: float = 1.0

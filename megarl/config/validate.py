@@ -10,7 +10,7 @@ from megarl.algorithms.rollout_correction import IS_LEVELS, RS_LEVELS
 from megarl.trainer.health import CHECKS as HEALTH_CHECKS
 from megarl.config.lora_checks import check_lora
 from megarl.config.loader import ConfigError
-from megarl.config.schema import MegaRLConfig, MegatronConfig, RunConfig
+from megarl.config.schema import ROLLOUT_MODES, MegaRLConfig, MegatronConfig, RunConfig
 from megarl.data.dataset import TRUNCATIONS
 from megarl.models.shapes import heads_split_problem
 from megarl.plugins import spec_problems
@@ -60,6 +60,7 @@ def _check_choices(cfg: MegaRLConfig, problems: list[str]) -> None:
         problems += spec_problems(cfg.rollout.name, "rollout.name")
     else:
         check_choice(problems, "rollout.name", cfg.rollout.name, ROLLOUT_BACKENDS.names())
+    check_choice(problems, "rollout.mode", cfg.rollout.mode, ROLLOUT_MODES)
     check_choice(problems, "trainer.resume_mode", cfg.trainer.resume_mode, RESUME_MODES)
     for role in ("actor", "critic"):
         section = getattr(cfg, role)

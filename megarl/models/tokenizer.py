@@ -1,10 +1,14 @@
-"""Tokenizers built locally (nothing can be downloaded here): byte-level BPE trained on a small corpus, saved
-with a chat template, for random-weight checkpoints of real model shapes and for the tiny CPU recipes."""
+"""The recipe's tokenizer, and tokenizers built locally (nothing can be downloaded here): byte-level BPE trained on
+a small corpus, saved with a chat template, for random-weight checkpoints of real model shapes and for the tiny CPU
+recipes."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from megarl.config.schema import ModelConfig
 
 # Qwen's ChatML roles and special tokens, so recipes written for Qwen read the same prompts.
 CHATML_TEMPLATE = (
@@ -25,6 +29,21 @@ DEFAULT_CORPUS = (
     "The answer is \\boxed{\\frac{1}{2}} 0 1 2 3 4 5 6 7 8 9 + - * / = , . ? ! ( ) [ ] { } ^ _ $ %",
     "What is the value of x if 3x + 4 = 19? Subtract 4 from both sides, then divide by 3: x = 5.",
 )
+
+
+def load_tokenizer(model: ModelConfig):
+    """The recipe's tokenizer, with an error that names the key to fix."""
+    from transformers import AutoTokenizer
+
+    from megarl.config import ConfigError
+
+    source = model.tokenizer_path or model.path
+    try:
+        return AutoTokenizer.from_pretrained(source, trust_remote_code=model.trust_remote_code)
+    except (OSError, ValueError) as e:
+        key = "model.tokenizer_path" if model.tokenizer_path else "model.path"
+        raise ConfigError(f"{key}={source}: no tokenizer could be loaded from there ({e}); point "
+                          "model.tokenizer_path at a directory with the tokenizer files") from e
 
 
 def build_tokenizer(out_dir: str | Path, corpus: Sequence[str] = DEFAULT_CORPUS, vocab_size: int = 400,

@@ -80,21 +80,18 @@ class RewardScorer:
         data_sources: Sequence[str],
         ground_truths: Sequence[Any],
         extra_infos: Sequence[dict | None] | None = None,
+        outcomes: Sequence[Outcome] | None = None,
     ) -> RewardResult:
+        """The batch's result; `outcomes`: each sample's, already scored as its response finished (the rollout's
+        async mode: megarl/rewards/stream.py), so only reported and placed here."""
         batch = responses.shape[0]
         extra_infos = extra_infos if extra_infos is not None else [None] * batch
         if not len(data_sources) == len(ground_truths) == len(extra_infos) == batch:
             raise ValueError("responses, data_sources, ground_truths and extra_infos differ in length")
         lengths = response_mask.sum(dim=-1).long().tolist()
-        texts = self.tokenizer.batch_decode(
-            [row[:n].tolist() for row, n in zip(responses, lengths)], skip_special_tokens=True
-        )
-        samples = [{"data_source": source, "solution_str": text, "ground_truth": truth, "extra_info": info}
-                   for source, text, truth, info in zip(data_sources, texts, ground_truths, extra_infos)]
-        if self.pool is not None:
-            outcomes = self.pool.map(samples)
-        else:
-            outcomes = [call_reward(self.compute_score, sample, self.kwargs) for sample in samples]
+        samples = [self.sample(row[:n].tolist(), source, truth, info)
+                   for row, n, source, truth, info in zip(responses, lengths, data_sources, ground_truths, extra_infos)]
+        outcomes = list(outcomes) if outcomes is not None else self.score_samples(samples)
         num_errors, num_timeouts = self._report(outcomes, samples)
         scores = torch.tensor([o.score for o in outcomes], dtype=torch.float32, device=responses.device)
         extra: dict[str, list] = {}
@@ -106,6 +103,17 @@ class RewardScorer:
         token_level_scores[rows, [lengths[i] - 1 for i in rows]] = scores[rows]
         return RewardResult(token_level_scores, scores, extra, num_errors,
                             num_timeouts if self.pool is not None else None)
+
+    def sample(self, response_ids: Sequence[int], data_source: str, ground_truth: Any, extra_info: dict | None) -> dict:
+        """The reward function's arguments for one response (its valid token ids)."""
+        return {"data_source": data_source, "ground_truth": ground_truth, "extra_info": extra_info,
+                "solution_str": self.tokenizer.decode(list(response_ids), skip_special_tokens=True)}
+
+    def score_samples(self, samples: Sequence[dict]) -> list[Outcome]:
+        """Each sample's Outcome: in the pool's workers, or here."""
+        if self.pool is not None:
+            return self.pool.map(samples)
+        return [call_reward(self.compute_score, sample, self.kwargs) for sample in samples]
 
     def _report(self, outcomes: list[Outcome], samples: list[dict]) -> tuple[int, int]:
         """Log the first failures and timeouts; (errors, timeouts), unless every sample failed: then raise."""

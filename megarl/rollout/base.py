@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from megarl.registry import Registry
 from parallel.controller import RecoverableError
@@ -60,6 +60,9 @@ class Response:
     token_ids: list[int]
     logprobs: list[float]  # log p(token) under the sampling temperature, before top-k/top-p truncation
     finish_reason: str  # "stop" (end-of-sequence or a stop token, which is kept) | "length"
+
+
+OnResponse = Callable[[int, int, Response], None]
 
 
 class EngineDied(RecoverableError):
@@ -133,8 +136,11 @@ class RolloutEngine(ABC):
         """Whether this rank generates for the engine."""
 
     @abstractmethod
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Response]]:
-        """On the owner: `params.n` responses for each prompt (token ids)."""
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
+                 on_response: OnResponse | None = None) -> list[list[Response]]:
+        """On the owner: `params.n` responses for each prompt (token ids). With `on_response` (the async mode),
+        `on_response(prompt index, sample index, response)` as each response finishes, while the others are still
+        generating; the responses are those the call without it would return."""
 
     @abstractmethod
     def load_weights(self, parts: list) -> None:

@@ -8,12 +8,25 @@ columns (the model passes' inputs and outputs) are megarl/workers/columns.py's.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
 from megarl.rollout.base import Response
 from parallel.batch import Batch
+
+
+REWARD_OUTCOME = "reward_outcome"  # each response's reward Outcome, scored as it finished (the async mode)
+
+
+def ground_truths(batch: Batch) -> list[Any]:
+    return [reward_model.get("ground_truth") for reward_model in batch["reward_model"]]
+
+
+def rule_scored(ground_truth: Any, with_truth_only: bool) -> bool:
+    """Whether the rule or custom reward scores a response: always, or only where it has a ground truth when a
+    reward model scores too (`with_truth_only`)."""
+    return not with_truth_only or ground_truth not in (None, "")
 
 
 def prompt_batch(items: dict[str, list], first_uid: int = 0) -> Batch:

@@ -23,8 +23,8 @@ import torch
 import torch.distributed as dist
 
 from megarl.models.shapes import heads_split_problem
-from megarl.rollout.base import (KV_CACHE, MEMORY_TAGS, ROLLOUT_BACKENDS, EngineDied, Response, RolloutEngine,
-                                 SamplingParams)
+from megarl.rollout.base import (KV_CACHE, MEMORY_TAGS, ROLLOUT_BACKENDS, EngineDied, OnResponse, Response,
+                                 RolloutEngine, SamplingParams)
 
 SGLANG_VOCAB_PADDING = 64  # SGLang pads the vocabulary to this multiple before splitting it over TP ranks
 _QKV = re.compile(r"(.*\.self_attn\.)([qkv])_proj\.(weight|bias)$")
@@ -224,7 +224,11 @@ class SGLangEngine(RolloutEngine):
             self.engine.tokenizer_manager.check_weights(CheckWeightsReqInput(action=action), None))
         return success, message
 
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Response]]:
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
+                 on_response: OnResponse | None = None) -> list[list[Response]]:
+        """One batched call; with `on_response`, one request per response (SGLang schedules them alike: they are
+        the same requests, handed over one by one), each reported as it finishes. Each request's `sampling_seed`
+        (seed + its index) is used only with `enable_deterministic_inference`."""
         if not self.is_owner:
             raise RuntimeError("generate runs on the engine's first rank")
         self.memory.check_can_generate()
@@ -233,17 +237,39 @@ class SGLangEngine(RolloutEngine):
             "max_new_tokens": params.max_new_tokens, "stop_token_ids": list(params.stop_token_ids),
             "ignore_eos": params.ignore_eos, "no_stop_trim": True, "skip_special_tokens": False,
         }
-        if params.seed is not None and self.deterministic:  # per-sample seeds (SGLang uses them only then)
+        seeded = params.seed is not None and self.deterministic
+        if on_response is not None:
+            responses = self._generate_each(prompts, params.n, sampling, params.seed if seeded else None, on_response)
+        elif seeded:  # per-sample seeds
             requests = [list(p) for p in prompts for _ in range(params.n)]
             per_request = [{**sampling, "sampling_seed": params.seed + i} for i in range(len(requests))]
             with self._engine_call():
                 outputs = self.engine.generate(input_ids=requests, sampling_params=per_request, return_logprob=True)
+            responses = [_response(out) for out in outputs]
         else:
             with self._engine_call():
                 outputs = self.engine.generate(input_ids=[list(p) for p in prompts],
                                                sampling_params={**sampling, "n": params.n}, return_logprob=True)
-        responses = [_response(out) for out in outputs]
+            responses = [_response(out) for out in outputs]
         return [responses[i * params.n : (i + 1) * params.n] for i in range(len(prompts))]
+
+    def _generate_each(self, prompts: Sequence[Sequence[int]], n: int, sampling: dict, seed: int | None,
+                       on_response: OnResponse) -> list[Response]:
+        """Every response as a request of its own through the engine's asynchronous API, in prompt-major order."""
+
+        async def one(i: int, k: int) -> Response:
+            per_request = sampling if seed is None else {**sampling, "sampling_seed": seed + i * n + k}
+            output = await self.engine.async_generate(input_ids=list(prompts[i]), sampling_params=per_request,
+                                                      return_logprob=True)
+            response = _response(output)
+            on_response(i, k, response)
+            return response
+
+        async def every() -> list[Response]:
+            return list(await asyncio.gather(*(one(i, k) for i in range(len(prompts)) for k in range(n))))
+
+        with self._engine_call():
+            return self.engine.loop.run_until_complete(every())
 
     def shutdown(self) -> None:
         if self.engine is None:

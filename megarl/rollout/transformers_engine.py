@@ -10,7 +10,8 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
-from megarl.rollout.base import KV_CACHE, ROLLOUT_BACKENDS, WEIGHTS, Response, RolloutEngine, SamplingParams
+from megarl.rollout.base import (KV_CACHE, ROLLOUT_BACKENDS, WEIGHTS, OnResponse, Response, RolloutEngine,
+                                 SamplingParams)
 
 
 @ROLLOUT_BACKENDS.register("transformers")
@@ -75,7 +76,10 @@ class TransformersEngine(RolloutEngine):
         """Bytes of the owner's weights now in memory (0 while released)."""
         return sum(p.numel() * p.element_size() for p in self.model.parameters()) if self.is_owner else 0
 
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Response]]:
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
+                 on_response: OnResponse | None = None) -> list[list[Response]]:
+        """A prompt's responses are sampled together, whichever the mode (so the async mode's samples are the
+        sync mode's), and reported as their prompt finishes."""
         if not self.is_owner:
             raise RuntimeError("generate runs on the engine's first rank")
         self.memory.check_can_generate()
@@ -109,6 +113,8 @@ class TransformersEngine(RolloutEngine):
                     responses = [Response(list(r.token_ids), list(r.logprobs), r.finish_reason)
                                  for r in responses for _ in range(params.n)]
                 results.append(responses)
+                for k, response in enumerate(responses if on_response is not None else ()):
+                    on_response(i, k, response)
         return results
 
 

@@ -33,7 +33,8 @@ from megarl.trainer.recovery import RecoveringRollout
 from megarl.trainer.ptx import pretraining_columns, pretraining_loader
 from megarl.trainer.samples import SampleLog
 from megarl.trainer.sampling import StepSampler
-from megarl.trainer.scaffold import endless, load_tokenizer, tell, total_steps, validates_at
+from megarl.models.tokenizer import load_tokenizer
+from megarl.trainer.scaffold import endless, tell, total_steps, validates_at
 from megarl.trainer.validation import Validator
 from megarl.workers.actor import ActorWorker
 from megarl.workers.critic import CriticWorker

@@ -10,7 +10,7 @@ from megarl.config.rm_schema import RMConfig
 from megarl.data.dataset import PromptLoader
 from megarl.data.ranking_dataset import RankingColumns, RankingDataset, ranking_batch
 from megarl.trainer.one_model_loop import OneModelRun, train_one_model
-from megarl.trainer.scaffold import load_tokenizer
+from megarl.models.tokenizer import load_tokenizer
 from megarl.workers.inputs import rm_inputs
 from megarl.workers.rm_trainer import RMTrainerWorker
 

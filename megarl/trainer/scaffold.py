@@ -1,5 +1,5 @@
-"""What the RL loop and the SFT loop share: the tokenizer (with an error that names the key to fix), the run's
-length, batches epoch after epoch, when to validate, and printing once per run."""
+"""What the RL loop and the SFT loop share: the run's length, batches epoch after epoch, when to validate, and
+printing once per run."""
 
 from __future__ import annotations
 
@@ -7,20 +7,7 @@ import os
 import sys
 from typing import Iterator
 
-from transformers import AutoTokenizer
-
-from megarl.config import ConfigError
-from megarl.config.schema import ModelConfig, RunConfig
-
-
-def load_tokenizer(model: ModelConfig):
-    source = model.tokenizer_path or model.path
-    try:
-        return AutoTokenizer.from_pretrained(source, trust_remote_code=model.trust_remote_code)
-    except (OSError, ValueError) as e:
-        key = "model.tokenizer_path" if model.tokenizer_path else "model.path"
-        raise ConfigError(f"{key}={source}: no tokenizer could be loaded from there ({e}); point "
-                          "model.tokenizer_path at a directory with the tokenizer files") from e
+from megarl.config.schema import RunConfig
 
 
 def total_steps(run: RunConfig, batches_per_epoch: int) -> int:

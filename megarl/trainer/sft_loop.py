@@ -9,7 +9,7 @@ from megarl.config.sft_schema import SFTConfig
 from megarl.data.dataset import PromptLoader
 from megarl.data.sft_dataset import SFTDataset, sft_batch
 from megarl.trainer.one_model_loop import OneModelRun, train_one_model
-from megarl.trainer.scaffold import load_tokenizer
+from megarl.models.tokenizer import load_tokenizer
 from megarl.workers.inputs import sft_inputs
 from megarl.workers.sft import SFTWorker
 

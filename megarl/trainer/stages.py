@@ -14,6 +14,7 @@ from megarl.algorithms.dapo import overlong_penalty
 from megarl.algorithms.rollout_correction import rollout_correction
 from megarl.config.schema import AlgorithmConfig, OverlongBufferConfig, RewardConfig, RolloutCorrectionConfig
 from megarl.rewards.scorer import RewardResult
+from megarl.rollout.batch import REWARD_OUTCOME, ground_truths, rule_scored
 from megarl.rollout.gates import check_logprob_agreement, logprob_agreement
 from parallel.batch import Batch
 
@@ -22,16 +23,18 @@ Score = Callable[..., RewardResult]  # a RewardScorer, or the loop's wrapper tha
 
 
 def score(batch: Batch, scorer: Score, with_truth_only: bool = False) -> tuple[Batch, dict[str, float]]:
-    """`token_level_scores` [B, R]: each response's score on its last token; `acc` [B]: the reward function's
+    """`token_level_scores` [B, R]: each response's score on its last token (scored here, or as the response
+    finished where the rollout's async mode left its outcome in `reward_outcome`); `acc` [B]: the reward function's
     "acc" where it returns one (DAPO's scorers do), else its score; `pred`: the answer it read, where it returns
     one (verl's convention; the sample logs show it). `with_truth_only` (a reward model scores too): rows without
     a ground truth are left unscored (0) instead of failing."""
-    truths = [reward_model.get("ground_truth") for reward_model in batch["reward_model"]]
-    rows = [i for i, truth in enumerate(truths) if not with_truth_only or truth not in (None, "")]
+    truths = ground_truths(batch)
+    rows = [i for i, truth in enumerate(truths) if rule_scored(truth, with_truth_only)]
     if len(rows) < len(batch):
         return _score_rows(batch, scorer, rows)
     extra = list(batch["extra_info"]) if "extra_info" in batch else None
-    result = scorer(batch["responses"], batch["response_mask"], list(batch["data_source"]), truths, extra)
+    scored = list(batch[REWARD_OUTCOME]) if REWARD_OUTCOME in batch else None  # the rollout's async mode
+    result = scorer(batch["responses"], batch["response_mask"], list(batch["data_source"]), truths, extra, scored)
     accuracy = result.extra_info.get("acc", [None] * len(batch))
     acc = torch.tensor([float(a) if a is not None else float(s) for a, s in zip(accuracy, result.scores.tolist())])
     preds = {"pred": result.extra_info["pred"]} if "pred" in result.extra_info else {}

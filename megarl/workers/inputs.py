@@ -16,7 +16,9 @@ from megarl.config.schema import (
     LoRAConfig,
     MegaRLConfig,
     MegatronConfig,
+    ModelConfig,
     OptimConfig,
+    RewardConfig,
     RolloutConfig,
 )
 from megarl.config.rm_schema import RMConfig
@@ -107,12 +109,22 @@ class RewardModelInputs:
 
 
 @dataclass(frozen=True)
+class StreamingReward:
+    """What the rollout's async mode scores each response with, as it finishes, on the engine's owner."""
+
+    model: ModelConfig  # its tokenizer decodes the responses
+    reward: RewardConfig
+    truth_only: bool  # a reward model scores too: only responses with a ground truth get a rule score
+
+
+@dataclass(frozen=True)
 class RolloutInputs:
     model_path: str
     train_tp: int  # the colocated actor's tensor-parallel size, which places the engines (parallel/engines.py)
     rollout: RolloutConfig
     max_response_length: int
     seed: int
+    streaming_reward: Optional[StreamingReward] = None  # rollout.mode=async
 
 
 @dataclass(frozen=True)
@@ -190,8 +202,10 @@ def reward_model_inputs(cfg: MegaRLConfig) -> RewardModelInputs:
 
 
 def rollout_inputs(cfg: MegaRLConfig) -> RolloutInputs:
+    streaming = (StreamingReward(cfg.model, cfg.reward, truth_only=bool(cfg.reward.model.path))
+                 if cfg.rollout.mode == "async" else None)
     return RolloutInputs(cfg.model.path, cfg.actor.megatron.tensor_model_parallel_size, cfg.rollout,
-                         cfg.data.max_response_length, cfg.trainer.seed)
+                         cfg.data.max_response_length, cfg.trainer.seed, streaming)
 
 
 def role_inputs(cfg: MegaRLConfig, total_steps: int) -> RoleInputs:

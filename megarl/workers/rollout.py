@@ -9,8 +9,12 @@ from megatron.core import parallel_state
 
 from megarl.models.bridge import load_hf_config
 from megarl.models.to_hf import AttentionShape, megatron_to_hf
-from megarl.rollout.base import KV_CACHE, MEMORY_TAGS, WEIGHTS, RolloutEngine, SamplingParams, rollout_backend
-from megarl.rollout.batch import with_responses
+from megarl.models.tokenizer import load_tokenizer
+from megarl.rewards.scorer import RewardScorer
+from megarl.rewards.stream import StreamingScorer
+from megarl.rollout.base import (KV_CACHE, MEMORY_TAGS, WEIGHTS, Response, RolloutEngine, SamplingParams,
+                                 rollout_backend)
+from megarl.rollout.batch import REWARD_OUTCOME, ground_truths, rule_scored, with_responses
 from megarl.workers.inputs import RolloutInputs
 from parallel.batch import Batch
 from parallel.dispatch import Collect, Dispatch, RankLayout, worker_method
@@ -26,6 +30,10 @@ class RolloutWorker(Worker):
         self.placement = place_engines(inputs.train_tp, inputs.rollout.tensor_model_parallel_size)
         self.hf_config = hf_config = load_hf_config(inputs.model_path)
         self.engine = self._build_engine()
+        streaming = inputs.streaming_reward
+        # The async mode scores on the engine's owner, beside its generation.
+        self.scorer = (RewardScorer.from_config(load_tokenizer(streaming.model), streaming.reward)
+                       if streaming is not None and self.engine.is_owner else None)
         attention, tied = AttentionShape.of(hf_config), bool(getattr(hf_config, "tie_word_embeddings", False))
         self.streamer = WeightStreamer(actor.named_parameters, lambda name, t: megatron_to_hf(name, t, attention, tied),
                                        self.placement.slot, self.placement.slots,
@@ -67,6 +75,8 @@ class RolloutWorker(Worker):
 
     def close(self) -> None:
         self.engine.shutdown()
+        if self.scorer is not None:
+            self.scorer.close()
 
     @worker_method()
     def release(self) -> None:
@@ -88,4 +98,23 @@ class RolloutWorker(Worker):
         else:
             make = SamplingParams.for_validation if validate else SamplingParams.for_training
             params = make(self.inputs.rollout, max_new, seed=seed)
-        return with_responses(prompts, self.engine.generate(list(prompts["prompt_ids"]), params), width=max_new)
+        if self.scorer is None or validate or greedy:
+            return with_responses(prompts, self.engine.generate(list(prompts["prompt_ids"]), params), width=max_new)
+        return self._generate_scored(prompts, params)
+
+    def _generate_scored(self, prompts: Batch, params: SamplingParams) -> Batch:
+        """The async mode: each response goes to the scorer as it finishes, while the engine goes on with the others;
+        the outcomes ride in the batch's `reward_outcome` (the driver's scoring stage reports and places them)."""
+        n, truths, sources = params.n, ground_truths(prompts), list(prompts["data_source"])
+        extras = list(prompts["extra_info"]) if "extra_info" in prompts else [None] * len(prompts)
+        truth_only = self.inputs.streaming_reward.truth_only
+
+        with StreamingScorer(self.scorer, len(prompts) * n) as stream:
+            def finished(i: int, k: int, response: Response) -> None:
+                if rule_scored(truths[i], truth_only):
+                    stream.submit(i * n + k, response.token_ids, sources[i], truths[i], extras[i])
+
+            groups = self.engine.generate(list(prompts["prompt_ids"]), params, on_response=finished)
+            outcomes = stream.outcomes()
+        batch = with_responses(prompts, groups, width=self.inputs.max_response_length)
+        return batch.union(Batch(fields={REWARD_OUTCOME: outcomes}))

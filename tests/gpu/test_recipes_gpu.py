@@ -70,19 +70,24 @@ def record(row, name: str = "recipes_gpu.json"):
         json.dump(rows + [row], f, indent=1)
 
 
-@pytest.mark.parametrize("recipe", ["grpo", "lora"])  # lora: SGLang serves the merged adapters each step
-def test_tiny_recipe_learns_on_one_gpu(tmp_path, recipe):
+# lora: SGLang serves the merged adapters each step; async: one SGLang request per response, scored as it finishes
+TINY_RUNS = {"grpo": ("grpo", ()), "lora": ("lora", ()), "grpo-async": ("grpo", ("rollout.mode=async",))}
+
+
+@pytest.mark.parametrize("run", sorted(TINY_RUNS))
+def test_tiny_recipe_learns_on_one_gpu(tmp_path, run):
+    recipe, extra = TINY_RUNS[run]
     for name in ("recipes", "launch"):
         (tmp_path / name).symlink_to(REPO_ROOT / name)
-    proc = subprocess.run(["bash", "launch/tiny_cpu.sh", recipe, *SGLANG], cwd=tmp_path, capture_output=True,
+    proc = subprocess.run(["bash", "launch/tiny_cpu.sh", recipe, *SGLANG, *extra], cwd=tmp_path, capture_output=True,
                           text=True, timeout=900, env={**ENV, "LAUNCHER": "torchrun", "NPROC": "1"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     rows = read_metrics(tmp_path / f"outputs/tiny_cpu/{recipe}/metrics.jsonl")
     steps = [r for r in rows if r["step"] > 0]
     scores = [s["critic/score/mean"] for s in steps]
     validation = {r["step"]: r[k] for r in rows for k in r if k.startswith("val-core/")}
-    record({"what": f"tiny-{recipe}-recipe", "command": "MEGARL_RESULTS_DIR=$OUT python -m pytest "
-            f"tests/gpu/test_recipes_gpu.py -k 'tiny and {recipe}'", "model_shape": "tiny", "scores": scores,
+    record({"what": f"tiny-{run}-recipe", "command": "MEGARL_RESULTS_DIR=$OUT python -m pytest "
+            f"tests/gpu/test_recipes_gpu.py -k 'tiny and {run}'", "model_shape": "tiny", "scores": scores,
             "validation": validation, "step_s_median": sorted(s["timing_s/step"] for s in steps)[len(steps) // 2],
             "logprob_mult_error_max": max(s["rollout/logprob_mult_error"] for s in steps)})
     assert scores[0] <= 0.4 and sum(scores[-3:]) / 3 >= 0.8, scores

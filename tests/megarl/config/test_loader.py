@@ -139,6 +139,7 @@ def test_verl_translation_table_points_at_real_keys():
     for ours in VERL_PREFIXES.values():
         assert ours.rstrip(".") in RL_RECIPE.keys or any(k.startswith(ours) for k in RL_RECIPE.keys)
     assert translate_verl_key("actor_rollout_ref.rollout.val_kwargs.temperature") == "rollout.val_kwargs.temperature"
+    assert translate_verl_key("actor_rollout_ref.rollout.mode") == "rollout.mode"
     assert translate_verl_key("data.train_batch_size") is None
 
 

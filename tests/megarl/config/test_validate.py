@@ -104,6 +104,7 @@ def test_critic_is_checked_only_when_used_and_when_it_differs():
         ("actor.kl_loss_type=k4", "actor.kl_loss_type='k4'"),
         ("trainer.logger=[console,mlflow]", "trainer.logger='mlflow'"),
         ("rollout.name=vllm", "rollout.name='vllm' is not one of: sglang, transformers"),
+        ("rollout.mode=agent", "rollout.mode='agent' is not one of: sync, async"),
         ("actor.megatron.recompute_granularity=some", "recompute_granularity='some'"),
         ("actor.clip_ratio_c=1.0", "actor.clip_ratio_c=1.0 must be > 1.0"),
         ("rollout.gpu_memory_utilization=1.5", "must be in (0, 1)"),

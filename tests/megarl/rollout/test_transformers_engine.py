@@ -69,3 +69,15 @@ def test_memory_release_and_resume_protocol(engine):
         engine.generate(PROMPTS, SamplingParams(max_new_tokens=2))
     with pytest.raises(RuntimeError, match="was not released"):
         engine.resume_memory(["kv_cache"])
+
+
+def test_each_response_is_reported_as_it_finishes_and_is_the_sync_one(engine):
+    """The async mode's callback: every (prompt, sample) once, with the response the call returns, and the samples
+    those of the call without a callback (same seed)."""
+    params = SamplingParams(n=3, temperature=1.0, max_new_tokens=6, seed=11, ignore_eos=True)
+    reported = {}
+    streamed = engine.generate(PROMPTS, params, on_response=lambda i, k, r: reported.setdefault((i, k), r))
+    assert sorted(reported) == [(i, k) for i in range(len(PROMPTS)) for k in range(3)]
+    assert all(reported[i, k] is streamed[i][k] for i, k in reported)
+    plain = engine.generate(PROMPTS, params)
+    assert [[r.token_ids for r in rs] for rs in streamed] == [[r.token_ids for r in rs] for rs in plain]

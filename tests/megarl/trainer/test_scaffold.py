@@ -4,7 +4,8 @@ import pytest
 
 from megarl.config import ConfigError
 from megarl.config.schema import ModelConfig, RunConfig
-from megarl.trainer.scaffold import endless, load_tokenizer, total_steps, validates_at
+from megarl.models.tokenizer import load_tokenizer
+from megarl.trainer.scaffold import endless, total_steps, validates_at
 
 
 def test_total_steps_from_epochs_unless_set():
