@@ -1,7 +1,7 @@
 """Which GPUs each role runs on, from the recipe: the actor, its rollout engine and the reference share the main pool
-(`trainer.nnodes` × `trainer.n_gpus_per_node`, one process per GPU hosting all three); the critic and the reward model
-share those processes too, or each gets a pool of its own (`critic.enable_resource_pool`,
-`reward.model.enable_resource_pool`)."""
+(`trainer.nnodes` × `trainer.n_gpus_per_node`, one process per GPU hosting all three); the critic, the reward model
+and the rollout engines share those processes too, or each gets a pool of its own (`critic.enable_resource_pool`,
+`reward.model.enable_resource_pool`, `rollout.enable_resource_pool`)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from parallel.controller import Cluster, PoolSpec, resolve_launcher, start_clust
 MAIN_POOL = "main"
 CRITIC_POOL = "critic"
 REWARD_MODEL_POOL = "reward_model"
+ROLLOUT_POOL = "rollout"
 
 
 def main_pool(run: RunConfig) -> PoolSpec:
@@ -25,12 +26,14 @@ def resource_pools(cfg: MegaRLConfig) -> list[PoolSpec]:
     reward_model = cfg.reward.model
     if reward_model.path and reward_model.enable_resource_pool:
         pools.append(PoolSpec(REWARD_MODEL_POOL, (reward_model.n_gpus_per_node,) * reward_model.nnodes))
+    if cfg.rollout.enable_resource_pool:
+        pools.append(PoolSpec(ROLLOUT_POOL, (cfg.rollout.n_gpus_per_node,) * cfg.rollout.nnodes))
     return pools
 
 
 def role_pools(cfg: MegaRLConfig) -> dict[str, str]:
     """Role name → pool name, for the roles this recipe runs."""
-    roles = {"actor": MAIN_POOL, "rollout": MAIN_POOL}
+    roles = {"actor": MAIN_POOL, "rollout": ROLLOUT_POOL if cfg.rollout.enable_resource_pool else MAIN_POOL}
     if cfg.reference_model:
         roles["reference"] = MAIN_POOL
     if cfg.reward.model.path:

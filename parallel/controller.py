@@ -76,6 +76,12 @@ class WorkerGroup(ABC):
         """Call host method `what` on every rank r with `*per_rank[r]`; return the results of the wanted ranks
         (None for the others) or raise `WorkerError` for the first rank that failed (label = role, method)."""
 
+    def submit(self, what: str, per_rank: Sequence[tuple], wanted: Sequence[bool], label: tuple[str, str]) -> Pending:
+        """`run` without waiting for it: the call runs while the driver goes on (on another pool's GPUs) until
+        `.result()`. Backends whose processes run the driver code themselves (torchrun) run it at once."""
+        result = self.run(what, per_rank, wanted, label)
+        return Pending(lambda: result)
+
     @abstractmethod
     def shutdown(self) -> None: ...
 
@@ -90,6 +96,18 @@ class WorkerGroup(ABC):
         layouts = self.run("layout", [(role,)] * self.world_size, [True] * self.world_size, (role, "layout"))
         check_layouts(layouts)
         return RoleHandle(self, role, cls, layouts)
+
+
+class Pending:
+    """A call in flight; `result()` waits for it once and returns (or raises) what the call itself would."""
+
+    def __init__(self, wait: Callable[[], Any]):
+        self._wait, self._done, self._value = wait, False, None
+
+    def result(self) -> Any:
+        if not self._done:
+            self._value, self._done = self._wait(), True
+        return self._value
 
 
 class RoleHandle:
@@ -107,13 +125,17 @@ class RoleHandle:
             raise AttributeError(method)
         spec = method_spec(self.cls, method)
 
-        def call(*args, **kwargs) -> Any:
+        def submit(*args, **kwargs) -> Pending:
             inputs = dispatch_inputs(spec, self.layouts, args, kwargs)
             per_rank = [(self.role, method, a, k) for a, k in inputs]
-            results = self.group.run("call", per_rank, wanted_ranks(spec, self.layouts), (self.role, method))
-            return collect_results(spec, self.layouts, results)
+            pending = self.group.submit("call", per_rank, wanted_ranks(spec, self.layouts), (self.role, method))
+            return Pending(lambda: collect_results(spec, self.layouts, pending.result()))
+
+        def call(*args, **kwargs) -> Any:
+            return submit(*args, **kwargs).result()
 
         call.__name__ = method
+        call.submit = submit  # handle.method.submit(...): the call in flight, `.result()` when it is needed
         return call
 
 

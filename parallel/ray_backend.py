@@ -19,7 +19,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from parallel.controller import PoolSpec, WorkerError, WorkerGroup
+from parallel.controller import Pending, PoolSpec, WorkerError, WorkerGroup
 from parallel.worker import WorkerHost
 
 PLACEMENT_TIMEOUT_S = float(os.environ.get("MEGARL_PLACEMENT_TIMEOUT_S", "300"))
@@ -105,6 +105,10 @@ class RayWorkerGroup(WorkerGroup):
         return actors
 
     def run(self, what: str, per_rank: Sequence[tuple], wanted: Sequence[bool], label: tuple[str, str]) -> list:
+        return self.submit(what, per_rank, wanted, label).result()
+
+    def submit(self, what: str, per_rank: Sequence[tuple], wanted: Sequence[bool], label: tuple[str, str]) -> Pending:
+        """Each rank's Ray actor runs its calls in the order they came: a later call waits for this one there."""
         shared: dict[int, Any] = {}
 
         def sent_once(value):
@@ -119,6 +123,9 @@ class RayWorkerGroup(WorkerGroup):
             actor.run.remote(what, keep, *(sent_once(a) for a in args)): rank
             for rank, (actor, args, keep) in enumerate(zip(self.actors, per_rank, wanted))
         }
+        return Pending(lambda: self._collect(pending, label))
+
+    def _collect(self, pending: dict, label: tuple[str, str]) -> list:
         results: list = [None] * len(self.actors)
         recoverable: tuple[int, tuple] | None = None  # the first, raised once every rank has answered
         while pending:

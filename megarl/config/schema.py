@@ -152,6 +152,10 @@ class RolloutConfig:
     name: str = "sglang"  # sglang | transformers
     # async: one engine request per response, each scored as it finishes while the rest generate (docs/rollout.md)
     mode: str = "sync"
+    # Engines on GPUs of their own (Ray): weights reach them over a bridge, and trainer.staleness lets them run ahead
+    enable_resource_pool: bool = False
+    nnodes: int = 1
+    n_gpus_per_node: int = 1
     tensor_model_parallel_size: int = 1
     n: int = 1  # responses sampled per prompt
     temperature: float = 1.0
@@ -307,6 +311,8 @@ class TrainerConfig(RunConfig):
     resume_mode: str = "auto"  # auto (the newest complete checkpoint, if any) | disable | resume_path
     resume_from_path: Optional[str] = None  # a global_step_K directory, with resume_mode=resume_path
     critic_warmup: int = 0  # steps that update only the critic
+    # With rollout.enable_resource_pool: generation for step t + staleness runs while step t trains (0: in turn)
+    staleness: int = 0
     # On a GPU machine, refuse a launch whose predicted per-GPU or per-node memory does not fit (`megarl plan`,
     # docs/memory.md); false launches anyway, e.g. when the prediction is wrong for your setup.
     memory_check: bool = True
@@ -353,6 +359,13 @@ class MegaRLConfig:
     def reward_model_world_size(self) -> int:
         if self.reward.model.enable_resource_pool:
             return self.reward.model.nnodes * self.reward.model.n_gpus_per_node
+        return self.world_size
+
+    @property
+    def rollout_world_size(self) -> int:
+        """GPUs of the rollout engines: the main pool's, or their own."""
+        if self.rollout.enable_resource_pool:
+            return self.rollout.nnodes * self.rollout.n_gpus_per_node
         return self.world_size
 
     @property

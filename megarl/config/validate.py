@@ -9,6 +9,7 @@ from megarl.algorithms import ADV_ESTIMATORS, KL_ESTIMATORS, LOSS_AGG_MODES, POL
 from megarl.algorithms.rollout_correction import IS_LEVELS, RS_LEVELS
 from megarl.trainer.health import CHECKS as HEALTH_CHECKS
 from megarl.config.lora_checks import check_lora
+from megarl.config.rollout_validate import check_rollout_placement
 from megarl.config.loader import ConfigError
 from megarl.config.schema import ROLLOUT_MODES, MegaRLConfig, MegatronConfig, RunConfig
 from megarl.data.dataset import TRUNCATIONS
@@ -233,17 +234,7 @@ def _check_meshes(cfg: MegaRLConfig, problems: list[str]) -> None:
         if own_pool and cfg.trainer.launcher == "torchrun":
             problems.append(f"{role}.enable_resource_pool=true needs trainer.launcher=ray (under torchrun every "
                             "role shares the job's processes)")
-    rollout_tp, train_tp = cfg.rollout.tensor_model_parallel_size, cfg.actor.megatron.tensor_model_parallel_size
-    if rollout_tp >= 1 and train_tp >= 1 and max(rollout_tp, train_tp) % min(rollout_tp, train_tp):
-        problems.append(
-            f"rollout.tensor_model_parallel_size={rollout_tp} and actor.megatron.tensor_model_parallel_size="
-            f"{train_tp} must divide one another (each GPU's engine rank is built from whole training shards)"
-        )
-    if rollout_tp >= 1 and cfg.trainer.n_gpus_per_node % rollout_tp:
-        problems.append(
-            f"rollout.tensor_model_parallel_size={rollout_tp} must divide trainer.n_gpus_per_node="
-            f"{cfg.trainer.n_gpus_per_node} (an engine's GPUs are on one node)"
-        )
+    check_rollout_placement(cfg, problems)
 
 
 def _check_colocated_mesh(problems: list[str], role: str, megatron: MegatronConfig, actor: MegatronConfig,
@@ -302,7 +293,7 @@ def _check_dapo(cfg: MegaRLConfig, problems: list[str]) -> None:
                         f"{data.train_batch_size}, which only dynamic sampling allows: set "
                         "algorithm.filter_groups.enable=true, or drop data.gen_batch_size")
     rollout_tp = cfg.rollout.tensor_model_parallel_size
-    engines = cfg.world_size // rollout_tp if rollout_tp >= 1 else 0
+    engines = cfg.rollout_world_size // rollout_tp if rollout_tp >= 1 else 0
     for key, prompts in (("data.train_batch_size", data.train_batch_size),
                          ("data.gen_batch_size", data.gen_batch_size)):
         if prompts is not None and prompts >= 1 and engines >= 1 and prompts % engines:

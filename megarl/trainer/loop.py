@@ -20,9 +20,10 @@ from megarl.algorithms import make_kl_controller
 from megarl.config.schema import MegaRLConfig
 from megarl.data.dataset import PromptLoader, RLDataset
 from megarl.models.bridge import load_hf_config
-from megarl.placement import role_pools, start_workers
+from megarl.placement import MAIN_POOL, ROLLOUT_POOL, role_pools, start_workers
 from megarl.rewards.scorer import RewardScorer
 from megarl.trainer import stages
+from megarl.trainer.ahead import AheadSampler
 from megarl.trainer.stages import Score
 from megarl.trainer.checkpoint import Checkpointer, find_resume_checkpoint, saved_step
 from megarl.trainer.health import HealthMonitor, HealthStop
@@ -42,6 +43,7 @@ from megarl.workers.inputs import role_inputs
 from megarl.workers.reference import ReferenceWorker
 from megarl.workers.reward_model import RewardModelWorker
 from megarl.workers.rollout import RolloutWorker
+from megarl.workers.weight_sender import WeightSenderWorker
 from parallel.batch import Batch
 
 
@@ -68,6 +70,14 @@ class Roles:
     critic: Optional[Any] = None
     reference: Optional[Any] = None
     reward_model: Optional[Any] = None
+    sender: Optional[Any] = None  # the actor's end of the weight bridge, when the engines have GPUs of their own
+
+    def sync_weights(self) -> dict[str, float]:
+        """The actor's weights into the engines: through the reshard layer beside it, or over the bridge."""
+        if self.sender is None:
+            return self.rollout.sync_weights()
+        sent, received = self.sender.send_weights.submit(), self.rollout.receive_weights.submit()
+        return {**sent.result(), **received.result()}
 
 
 def spawn_roles(cluster, cfg: MegaRLConfig, steps: int) -> Roles:
@@ -87,16 +97,37 @@ def spawn_roles(cluster, cfg: MegaRLConfig, steps: int) -> Roles:
         tell("reward model: it reads text differently from the policy (tokenizer or chat template), so each "
              "prompt + response is decoded and encoded again for it")
     rollout = RecoveringRollout(spawn("rollout", RolloutWorker, inputs.rollout), tell)
-    return Roles(actor, rollout, critic, reference, reward_model)
+    sender = join_bridge(cluster, cfg, rollout) if inputs.rollout.own_pool else None
+    return Roles(actor, rollout, critic, reference, reward_model, sender)
+
+
+def join_bridge(cluster, cfg: MegaRLConfig, rollout):
+    """The weight bridge from the actor's first rank to every rank of the rollout pool (parallel/bridge.py)."""
+    sender = cluster[MAIN_POOL].spawn("weight_sender", WeightSenderWorker, cfg.model.path,
+                                      cfg.actor.megatron.tensor_model_parallel_size)
+    host, port = sender.bridge_address()
+    size, timeout = 1 + cluster[ROLLOUT_POOL].world_size, cfg.trainer.collective_timeout_s
+    ends = [role.join_bridge.submit(host, port, size, timeout) for role in (sender, rollout)]
+    for end in ends:  # both ends at once: each waits for the other in the rendezvous
+        end.result()
+    return sender
+
+
+def make_sampler(roles: Roles, cfg: MegaRLConfig, score: Score, loader: PromptLoader, steps: int):
+    """The step's samples, generated in the step or (trainer.staleness) steps ahead of it, up to step `steps`."""
+    sampler = StepSampler(roles.rollout, cfg, score, roles.reward_model)
+    staleness = cfg.trainer.staleness
+    return AheadSampler(sampler, roles.rollout, loader, staleness, steps) if staleness else sampler
+
 
 
 class RLStep:
     """One PPO/GRPO-family step over a batch of prompts."""
 
-    def __init__(self, roles: Roles, cfg: MegaRLConfig, score: Score, kl_controller,
+    def __init__(self, roles: Roles, cfg: MegaRLConfig, sample, kl_controller,
                  pretraining: Iterator[dict] | None = None):
-        self.roles, self.kl_controller, self.pretraining = roles, kl_controller, pretraining
-        self.sample = StepSampler(roles.rollout, cfg, score, roles.reward_model)
+        """`sample`: make_sampler's."""
+        self.roles, self.sample, self.kl_controller, self.pretraining = roles, sample, kl_controller, pretraining
         self.algorithm = cfg.algorithm
         self.max_logprob_mult_error = cfg.rollout.max_logprob_mult_error
         self.critic_warmup = cfg.trainer.critic_warmup
@@ -108,7 +139,8 @@ class RLStep:
         self.windows = windows
         phase = partial(timed, metrics, windows=windows)
         batch, reward_metrics = self.sample(step, prompts, phase)  # gen, gen_max and reward
-        roles.rollout.release()
+        if roles.sender is None:  # engines beside the trainer give it their memory
+            roles.rollout.release()
         with phase("old_log_prob"):
             batch = batch.union(roles.actor.compute_log_prob(batch))
         gate = stages.logprob_gate(batch, self.max_logprob_mult_error)
@@ -135,7 +167,7 @@ class RLStep:
                     update = batch.union(pretraining_columns(next(self.pretraining), len(batch)))
                 metrics.update(roles.actor.update_actor(update)[0])
         with phase("update_weights"):
-            metrics.update(roles.rollout.sync_weights())
+            metrics.update(roles.sync_weights())
         metrics["rollout/engine_restarts"] = roles.rollout.restarts
         return batch, {**metrics, **reward_metrics, **kl_metrics, **gate, **self.memory(windows)}
 
@@ -188,17 +220,20 @@ def train(cfg: MegaRLConfig) -> None:
     with scorer, start_workers(cfg) as cluster:  # the scorer's worker processes end with the run
         score = partial(cluster.once, scorer)  # each batch scored once: torchrun's ranks share rank 0's scores
         roles = spawn_roles(cluster, cfg, steps)
-        state = {"loader": loader, "kl_controller": kl_controller, **({"ptx_loader": ptx} if ptx else {})}
+        sample = make_sampler(roles, cfg, score, loader, steps)
+        # Generating ahead, the loader's state to save is the one before the prompts in flight.
+        loader_state = sample if cfg.trainer.staleness else loader
+        state = {"loader": loader_state, "kl_controller": kl_controller, **({"ptx_loader": ptx} if ptx else {})}
         checkpoints = Checkpointer(cfg, cluster.is_driver, {"actor": roles.actor, "critic": roles.critic}, state)
         start = checkpoints.load(resume_from)
-        rl_step = RLStep(roles, cfg, score, kl_controller, endless(ptx) if ptx else None)
+        rl_step = RLStep(roles, cfg, sample, kl_controller, endless(ptx) if ptx else None)
         health = HealthMonitor(cfg.trainer.health, tell)
         samples = SampleLog(cfg.trainer, cfg.reward, tokenizer, cluster.is_driver, start)
         profile = StepProfiler(cfg.trainer.profile_steps, cfg.trainer.output_dir,
                                [r for r in (roles.actor, roles.critic) if r is not None], cluster.is_driver)
         validate = partial(validation, validator, roles.rollout, score, samples) if validator else None
         with MetricsLogger(cfg, steps, cluster.is_driver, start_step=start) as logger:
-            roles.rollout.sync_weights()  # after the load: the engine serves the restored actor
+            roles.sync_weights()  # after the load: the engine serves the restored actor
             if validate and cfg.trainer.val_before_train and start == 0:
                 logger.log(0, validate(0))
             batches = endless(loader)

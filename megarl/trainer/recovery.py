@@ -25,6 +25,10 @@ class RecoveringRollout:
     def generate(self, *args, **kwargs) -> Any:
         return self._recovering("generate", args, kwargs)
 
+    def submit_generate(self, *args, **kwargs) -> Any:
+        """A generation in flight (`.result()` when it is needed): engines on a pool of their own, not restarted."""
+        return self.rollout.generate.submit(*args, **kwargs)
+
     def sync_weights(self) -> dict[str, float]:
         return self._recovering("sync_weights", (), {})
 

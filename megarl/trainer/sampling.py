@@ -55,14 +55,23 @@ class StepSampler:
         batch, kept = self._select(Batch.concat(rounds), signal)
         return batch, {**metrics, "dapo/num_gen_batches": float(len(rounds)), "dapo/kept_groups": float(kept)}
 
-    def _round(self, step: int, index: int, rows: dict, phase: Callable) -> tuple[Batch, dict[str, float]]:
-        """One round's prompts (uids distinct within the step), their responses, scores and shaped scores."""
+    def round_prompts(self, step: int, index: int, rows: dict) -> tuple[Batch, int]:
+        """A round's prompts (uids distinct within the step) and its sampling seed."""
         prompts = prompt_batch(rows, first_uid=step * self.train_batch_size + index * self.gen_batch_size)
+        return prompts, self.seed + step + index * ROUND_SEED_STRIDE
+
+    def _round(self, step: int, index: int, rows: dict, phase: Callable) -> tuple[Batch, dict[str, float]]:
+        """One round's prompts, their responses, scores and shaped scores."""
+        prompts, seed = self.round_prompts(step, index, rows)
         with phase("gen"):
-            batch = self.rollout.generate(prompts, seed=self.seed + step + index * ROUND_SEED_STRIDE)
+            batch = self.rollout.generate(prompts, seed=seed)
         if self.remax:
             with phase("gen_max"):
                 batch = batch.union(stages.remax_baseline(self.rollout, prompts, self.score, self.n))
+        return self.scored(batch, phase)
+
+    def scored(self, batch: Batch, phase: Callable) -> tuple[Batch, dict[str, float]]:
+        """Generated responses with their scores (rules or a function, the reward model's) and shaped scores."""
         with phase("reward"):
             scored, metrics = stages.score(batch, self.score, with_truth_only=self.reward_model is not None)
         if self.reward_model is not None:

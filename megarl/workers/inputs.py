@@ -125,6 +125,7 @@ class RolloutInputs:
     max_response_length: int
     seed: int
     streaming_reward: Optional[StreamingReward] = None  # rollout.mode=async
+    own_pool: bool = False  # rollout.enable_resource_pool: engines on GPUs of their own
 
 
 @dataclass(frozen=True)
@@ -205,7 +206,7 @@ def rollout_inputs(cfg: MegaRLConfig) -> RolloutInputs:
     streaming = (StreamingReward(cfg.model, cfg.reward, truth_only=bool(cfg.reward.model.path))
                  if cfg.rollout.mode == "async" else None)
     return RolloutInputs(cfg.model.path, cfg.actor.megatron.tensor_model_parallel_size, cfg.rollout,
-                         cfg.data.max_response_length, cfg.trainer.seed, streaming)
+                         cfg.data.max_response_length, cfg.trainer.seed, streaming, cfg.rollout.enable_resource_pool)
 
 
 def role_inputs(cfg: MegaRLConfig, total_steps: int) -> RoleInputs:

@@ -4,7 +4,10 @@ dispatched to its engine)."""
 
 from __future__ import annotations
 
+import time
+
 import torch
+import torch.distributed as dist
 from megatron.core import parallel_state
 
 from megarl.models.bridge import load_hf_config
@@ -17,6 +20,7 @@ from megarl.rollout.base import (KV_CACHE, MEMORY_TAGS, WEIGHTS, Response, Rollo
 from megarl.rollout.batch import REWARD_OUTCOME, ground_truths, rule_scored, with_responses
 from megarl.workers.inputs import RolloutInputs
 from parallel.batch import Batch
+from parallel.bridge import WeightBridge
 from parallel.dispatch import Collect, Dispatch, RankLayout, worker_method
 from parallel.engines import place_engines
 from parallel.reshard import WeightStreamer
@@ -25,15 +29,22 @@ from parallel.worker import Worker, colocated
 
 class RolloutWorker(Worker):
     def __init__(self, inputs: RolloutInputs, actor_role: str = "actor"):
+        """Beside the actor (`actor_role`, in this process), or with `inputs.own_pool` on GPUs of its own, where the
+        weights come over the bridge (parallel/bridge.py) and the engine keeps its memory."""
         self.inputs = inputs
-        self.actor = actor = colocated(actor_role).model
-        self.placement = place_engines(inputs.train_tp, inputs.rollout.tensor_model_parallel_size)
+        rollout_tp = inputs.rollout.tensor_model_parallel_size
+        self.placement = place_engines(rollout_tp if inputs.own_pool else inputs.train_tp, rollout_tp)
         self.hf_config = hf_config = load_hf_config(inputs.model_path)
         self.engine = self._build_engine()
         streaming = inputs.streaming_reward
         # The async mode scores on the engine's owner, beside its generation.
         self.scorer = (RewardScorer.from_config(load_tokenizer(streaming.model), streaming.reward)
                        if streaming is not None and self.engine.is_owner else None)
+        self.bridge: WeightBridge | None = None
+        if inputs.own_pool:
+            self.engine.resume_memory(MEMORY_TAGS)
+            return
+        self.actor = actor = colocated(actor_role).model
         attention, tied = AttentionShape.of(hf_config), bool(getattr(hf_config, "tie_word_embeddings", False))
         self.streamer = WeightStreamer(actor.named_parameters, lambda name, t: megatron_to_hf(name, t, attention, tied),
                                        self.placement.slot, self.placement.slots,
@@ -64,11 +75,27 @@ class RolloutWorker(Worker):
         self.engine.resume_memory([KV_CACHE])
         return stats.metrics()
 
+    @worker_method()
+    def join_bridge(self, host: str, port: int, size: int, timeout_s: float) -> None:
+        """On a pool of its own: this rank's end of the weight bridge (the actor's first rank is rank 0 of it)."""
+        self.bridge = WeightBridge(host, port, 1 + dist.get_rank(), size, timeout_s)
+
+    @worker_method(collect=Collect.RANK_ZERO)
+    def receive_weights(self) -> dict[str, float]:
+        """On a pool of its own: the actor's weights over the bridge, this engine rank's slice of each tensor."""
+        start, slot = time.perf_counter(), self.placement.slot
+        for bucket in self.bridge.receive(slot.engine_rank, len(slot.engine_ranks)):
+            self.engine.load_weights(bucket)
+        return {"update_weights/receive_s": time.perf_counter() - start}
+
     @worker_method(collect=Collect.RANK_ZERO)
     def restart_engine(self) -> dict[str, float]:
         """After the engine died (EngineDied): stop what is left of it, build it again and give it the actor's
         current weights, on every rank of every engine (the weight stream is collective over the actor's ranks);
         returns the sync's metrics."""
+        if self.inputs.own_pool:
+            raise RuntimeError("a rollout engine on GPUs of its own (rollout.enable_resource_pool) is not restarted "
+                               "after it dies; resume the run from its last checkpoint")
         self.engine.shutdown()  # a dead engine's shutdown ends only what is left of it
         self.engine = self._build_engine()
         return self.sync_weights()

@@ -227,3 +227,36 @@ def test_lora_settings():
     msg = one_problem("actor.lora.rank=8", "actor.megatron.param_offload=true")
     assert "param_offload does not apply to a LoRA actor" in msg
     load_config(overrides=["actor.lora.rank=0", "actor.lora.target_modules=[q_proj]"])  # off: not checked
+
+
+def test_rollout_engines_on_a_pool_of_their_own():
+    own_pool = ["rollout.name=transformers", "rollout.enable_resource_pool=true", "rollout.n_gpus_per_node=2",
+                "algorithm.adv_estimator=grpo", "rollout.n=2"]
+    load_config(overrides=[*own_pool, "trainer.staleness=1"])
+    # Its engines divide its own GPUs (the actor's TP no longer matters), and the prompts are shared among them.
+    load_config(overrides=[*own_pool, "rollout.tensor_model_parallel_size=2",
+                           "actor.megatron.tensor_model_parallel_size=4", "trainer.n_gpus_per_node=4"])
+    assert "must divide rollout.n_gpus_per_node=2" in one_problem(*own_pool, "rollout.tensor_model_parallel_size=4")
+    assert "cannot be shared among the 2 rollout engines" in one_problem(*own_pool, "data.train_batch_size=3",
+                                                                         "actor.ppo_mini_batch_size=1")
+    assert "needs trainer.launcher=ray" in one_problem(*own_pool, "trainer.launcher=torchrun")
+    assert "transformers engine only for now" in one_problem(*own_pool[1:])
+
+
+@pytest.mark.parametrize("override, message", [
+    ("trainer.staleness=-1", "trainer.staleness=-1 must be 0 or more"),
+    ("trainer.staleness=1", "needs rollout.enable_resource_pool=true"),
+    ("rollout.max_logprob_mult_error=1.05", "cannot gate a run with trainer.staleness > 0"),
+])
+def test_staleness_needs_engines_of_their_own(override, message):
+    own_pool = ["rollout.name=transformers", "rollout.enable_resource_pool=true", "trainer.staleness=1"]
+    assert message in one_problem(override, *(own_pool if "gate" in message else []))
+
+
+@pytest.mark.parametrize("algorithm, message", [
+    (["algorithm.adv_estimator=remax"], "cannot run ReMax"),
+    (["algorithm.adv_estimator=grpo", "algorithm.filter_groups.enable=true"], "dynamic sampling"),
+])
+def test_generating_ahead_refuses_what_is_decided_within_the_step(algorithm, message):
+    own_pool = ["rollout.name=transformers", "rollout.enable_resource_pool=true", "trainer.staleness=1"]
+    assert message in one_problem(*own_pool, *algorithm, "rollout.n=2")

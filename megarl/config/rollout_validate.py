@@ -1,0 +1,60 @@
+"""Where the rollout engines run, checked against the recipe: beside the actor on its GPUs (each GPU's engine rank
+built from whole training shards), or on a pool of their own (`rollout.enable_resource_pool`), where
+`trainer.staleness` lets generation run ahead of training."""
+
+from __future__ import annotations
+
+from megarl.config.schema import MegaRLConfig
+
+
+def check_rollout_placement(cfg: MegaRLConfig, problems: list[str]) -> None:
+    rollout = cfg.rollout
+    if rollout.enable_resource_pool:
+        _check_own_pool(cfg, problems)
+    else:
+        _check_colocated(cfg, problems)
+    if cfg.trainer.staleness < 0:
+        problems.append(f"trainer.staleness={cfg.trainer.staleness} must be 0 or more")
+    elif cfg.trainer.staleness > 0:
+        if not rollout.enable_resource_pool:
+            problems.append(f"trainer.staleness={cfg.trainer.staleness} needs rollout.enable_resource_pool=true: "
+                            "engines that share the trainer's GPUs cannot generate while it trains")
+        if cfg.algorithm.filter_groups.enable:
+            problems.append("trainer.staleness > 0 cannot run DAPO's dynamic sampling (algorithm.filter_groups): "
+                            "how many rounds a step needs is known only once its batch is scored")
+        if rollout.max_logprob_mult_error is not None:
+            problems.append("rollout.max_logprob_mult_error cannot gate a run with trainer.staleness > 0: the engines' "
+                            "log-probs are an older policy's, not a check of the weight sync; drop it (null)")
+        if cfg.algorithm.adv_estimator == "remax":
+            problems.append("trainer.staleness > 0 cannot run ReMax: its greedy baseline is generated within the step")
+
+
+def _check_colocated(cfg: MegaRLConfig, problems: list[str]) -> None:
+    rollout_tp, train_tp = cfg.rollout.tensor_model_parallel_size, cfg.actor.megatron.tensor_model_parallel_size
+    if rollout_tp >= 1 and train_tp >= 1 and max(rollout_tp, train_tp) % min(rollout_tp, train_tp):
+        problems.append(
+            f"rollout.tensor_model_parallel_size={rollout_tp} and actor.megatron.tensor_model_parallel_size="
+            f"{train_tp} must divide one another (each GPU's engine rank is built from whole training shards)"
+        )
+    if rollout_tp >= 1 and cfg.trainer.n_gpus_per_node % rollout_tp:
+        problems.append(
+            f"rollout.tensor_model_parallel_size={rollout_tp} must divide trainer.n_gpus_per_node="
+            f"{cfg.trainer.n_gpus_per_node} (an engine's GPUs are on one node)"
+        )
+
+
+def _check_own_pool(cfg: MegaRLConfig, problems: list[str]) -> None:
+    rollout = cfg.rollout
+    for key in ("nnodes", "n_gpus_per_node"):
+        if getattr(rollout, key) < 1:
+            problems.append(f"rollout.{key}={getattr(rollout, key)} must be at least 1")
+    if rollout.tensor_model_parallel_size >= 1 and rollout.n_gpus_per_node % rollout.tensor_model_parallel_size:
+        problems.append(f"rollout.tensor_model_parallel_size={rollout.tensor_model_parallel_size} must divide "
+                        f"rollout.n_gpus_per_node={rollout.n_gpus_per_node} (an engine's GPUs are on one node)")
+    if cfg.trainer.launcher == "torchrun":
+        problems.append("rollout.enable_resource_pool=true needs trainer.launcher=ray (under torchrun every role "
+                        "shares the job's processes)")
+    if rollout.name == "sglang":
+        problems.append("rollout.enable_resource_pool=true runs the transformers engine only for now: the weight "
+                        "bridge to SGLang engines on GPUs of their own is not measured yet (it needs two GPUs); "
+                        "keep SGLang colocated (rollout.enable_resource_pool=false)")

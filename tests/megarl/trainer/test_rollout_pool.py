@@ -1,0 +1,64 @@
+"""Rollout engines on a pool of their own (`rollout.enable_resource_pool`, Ray on CPU): the actor's weights reach them
+over the bridge (parallel/bridge.py; tests/parallel/test_bridge.py cuts them for tensor-parallel engines). In turn (`trainer.staleness=0`) the run trains exactly as with the engines
+beside the actor; a step ahead (`trainer.staleness=1`) step t trains on responses of the weights before step t − 1,
+and a resumed run sends the prompts that were in flight again."""
+
+import json
+import sys
+
+from tests.helpers import overrides, read_metrics, run_command
+
+POOL = ["rollout.enable_resource_pool=true", "rollout.n_gpus_per_node=1", "trainer.n_gpus_per_node=1"]
+# The engines' log-probs are an older policy's a step ahead: the engine/trainer gate does not apply.
+AHEAD = [*POOL, "trainer.staleness=1", "rollout.max_logprob_mult_error=null"]
+# The weight-sync metrics say how the weights travelled, and timings vary: everything else must be equal.
+DIFFERS = ("timing_s/", "perf/", "memory/", "update_weights/")
+# The tiny random model never answers right: a score that varies with the response gives GRPO advantages, so the
+# weights move every step and the engines must get them.
+LENGTH_REWARD = "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n" \
+                "    return len(solution_str) / 10\n"
+
+
+def train(setup, out, *extra):
+    reward = out.parent / "length_reward.py"
+    reward.write_text(LENGTH_REWARD)
+    proc = run_command([sys.executable, "-m", "megarl.train",
+                        *overrides(setup, out, "algorithm.adv_estimator=grpo", "rollout.n=4", "actor.optim.lr=3e-3",
+                                   "trainer.total_training_steps=3", "trainer.n_gpus_per_node=1",
+                                   f"reward.function={reward}:compute_score", "reward.workers=1", *extra)],
+                       timeout=480)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-5000:]
+    return read_metrics(out)
+
+
+def comparable(steps):
+    return [{k: v for k, v in step.items() if not k.startswith(DIFFERS)} for step in steps]
+
+
+def test_engines_on_their_own_gpus_train_as_colocated_ones_in_turn(setup, tmp_path):
+    colocated = train(setup, tmp_path / "colocated")
+    pooled = train(setup, tmp_path / "pooled", *POOL)
+    assert comparable(pooled) == comparable(colocated)
+    assert [s["actor/grad_norm"] > 0 for s in pooled] == [True] * 3  # the weights move: the sync carries them
+    assert all(s["update_weights/bytes_sent_gb"] > 0 and "update_weights/receive_s" in s for s in pooled)
+
+
+def prompts_of(out, step):
+    return sorted(json.loads(line)["input"] for line in (out / f"samples/train/{step}.jsonl").read_text().splitlines())
+
+
+def test_a_step_ahead_trains_on_the_weights_before_the_last_step_and_resumes(setup, tmp_path):
+    out = tmp_path / "ahead"
+    ahead = train(setup, out, *AHEAD, "trainer.save_freq=2", "trainer.log_samples=-1")
+    assert [s["rollout_corr/staleness"] for s in ahead] == [0.0, 1.0, 1.0]
+    # Step 2's responses came from the weights before step 1: the trainer's old log-probs (after step 1) differ.
+    assert ahead[0]["rollout/logprob_mult_error"] <= 1.001 < ahead[1]["rollout/logprob_mult_error"]
+    # Step 2's checkpoint holds the loader before step 3's prompts, which were in flight: 2 batches drawn (of 2 an
+    # epoch), not 3; resumed from it, step 3 sends the same prompts again.
+    step_2 = out / "checkpoints/global_step_2"
+    loader = json.loads((step_2 / "trainer_state.json").read_text())["loader"]
+    assert (loader["epoch"], loader["batch_in_epoch"]) == (1, 0)
+    first_prompts = prompts_of(out, 3)
+    resumed = train(setup, out, *AHEAD, "trainer.log_samples=-1",
+                    "trainer.resume_mode=resume_path", f"trainer.resume_from_path={step_2}")
+    assert [s["step"] for s in resumed][-1] == 3 and prompts_of(out, 3) == first_prompts
