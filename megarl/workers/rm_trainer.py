@@ -79,9 +79,9 @@ class RMTrainerWorker(Worker):
             sizes, shares = rankings[id(micro)]
             terms = ranking_terms(last_token_scores(output, micro), sizes, margin)
             loss = (terms.loss * shares).sum()
-            return loss, {name: (value.detach() * shares).sum().item() for name, value in terms._asdict().items()}
+            return loss, {name: (value.detach() * shares).sum() for name, value in terms._asdict().items()}
 
-        metrics = reduce_metrics(self.model.train_step(packed, loss_fn), device)
+        metrics = reduce_metrics(self.model.train_step(packed, loss_fn))
         return {f"rm/{key}": value for key, value in metrics.items()}
 
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
