@@ -4,9 +4,11 @@ megatron's own local `DotProductAttention` materialises the s×s score matrix an
 sequences nor context parallelism. This module is swapped in through the layer spec instead:
 - causal attention through `scaled_dot_product_attention` (flash / memory-efficient kernels on GPU), with
   grouped-query attention handled by the kernel;
-- packed sequences (THD: `PackedSeqParams.cu_seqlens_*`), attending within each sequence only: on a GPU in one call
-  of torch's FlashAttention varlen kernel (`torch.nn.attention.varlen.varlen_attn`), elsewhere one SDPA call per
-  sequence (a loop that, on a GPU, spent seconds per step on the host: cuDNN builds a graph for every new length);
+- packed sequences (THD), attending within each sequence only: on a GPU in one call of torch's FlashAttention
+  varlen kernel (`torch.nn.attention.varlen.varlen_attn`), elsewhere one SDPA call per sequence (a loop that, on a
+  GPU, spent seconds per step on the host: cuDNN builds a graph for every new length). The lengths come as host ints
+  and device cumulative lengths made once per micro-batch (`LocalPackedSeqParams`): a layer that read them from a
+  device tensor, or copied them to one, would make the host wait for the GPU;
 - context parallelism: each CP rank holds, of every sequence, the two load-balanced chunks megatron uses
   (chunk r and chunk 2·cp−1−r of 2·cp); keys and values are all-gathered across the CP group, and each query
   chunk attends to the keys up to its own end with a lower-right-aligned causal mask.
@@ -24,7 +26,7 @@ from megatron.core.process_groups_config import ProcessGroupCollection
 from megatron.core.transformer.module import MegatronModule
 from torch.nn.attention.bias import causal_lower_right
 
-from megarl.models.packing import sequence_in_global_order
+from megarl.models.packing import LocalPackedSeqParams, sequence_in_global_order
 
 try:  # torch >= 2.9; its causal and grouped-query arguments changed between releases
     from torch.nn.attention.varlen import varlen_attn
@@ -93,13 +95,13 @@ class SDPAttention(MegatronModule):
                 for b in range(query.shape[1])
             ]
             return torch.stack(outs, dim=1)
-        cu_seqlens = packed_seq_params.cu_seqlens_q_padded
-        if cu_seqlens is None:
-            cu_seqlens = packed_seq_params.cu_seqlens_q
-        lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()
+        if not isinstance(packed_seq_params, LocalPackedSeqParams):
+            raise TypeError("SDPAttention takes the packed lengths of megarl.models.packing.pack_sequences")
+        lengths = packed_seq_params.padded_lengths
         cp = 1 if self.cp_group is None else self.cp_group.size()
         if cp == 1 and query.is_cuda and varlen_attn is not None and dropout == 0:
-            return self._varlen(query, key, value, cu_seqlens, max(lengths))
+            return self._varlen(query, key, value, packed_seq_params.cu_seqlens_padded_device,
+                                packed_seq_params.max_seqlen_q)
         if cp == 1:
             return self._packed(query, key, value, lengths, dropout)
         return self._packed_context_parallel(query, key, value, lengths, cp, dropout)

@@ -54,17 +54,25 @@ def run_forward(model, batches: list[PackedBatch], per_token: PerToken) -> list[
         stored = run_schedule(
             model, batches, lambda output, batch: (output.new_zeros(()), per_token(output, batch)), forward_only=True
         )
-    return [_share(batch, stored[i] if stored else None) for i, batch in enumerate(batches)]
+    keys = _keys(stored[0] if stored else None)
+    return [_share(batch, stored[i] if stored else None, keys) for i, batch in enumerate(batches)]
 
 
-def _share(batch: PackedBatch, local: dict[str, torch.Tensor] | None) -> dict[str, list[torch.Tensor]]:
-    """Reassemble CP chunks on the last pipeline stage, then broadcast per-sample values to all stages."""
+def _keys(local: dict[str, torch.Tensor] | None) -> list[str]:
+    """`per_token`'s keys (the same for every micro-batch), which only the last pipeline stage has: sent once per
+    pass, since an object broadcast waits for the GPU."""
     keys = sorted(local) if local is not None else None
     if parallel_state.get_pipeline_model_parallel_world_size() > 1:
         holder = [keys]
         dist.broadcast_object_list(holder, src=parallel_state.get_pipeline_model_parallel_last_rank(),
                                    group=parallel_state.get_pipeline_model_parallel_group())
         keys = holder[0]
+    return keys
+
+
+def _share(batch: PackedBatch, local: dict[str, torch.Tensor] | None,
+           keys: list[str]) -> dict[str, list[torch.Tensor]]:
+    """Reassemble CP chunks on the last pipeline stage, then broadcast per-sample values to all stages."""
     total = sum(batch.padded_lengths)
     device = batch.input_ids.device
     flat = torch.empty(len(keys), total, dtype=torch.float32, device=device)

@@ -5,8 +5,12 @@ Each sample is padded only to a multiple of 2·cp (so it splits into 2·cp equal
 parallelism rank r keeps chunks r and 2·cp−1−r of every sample, which balances causal attention work.
 
 The cumulative lengths stay in host memory unless Transformer Engine (whose kernels read them on the GPU)
-is present: the local spec's attention and RoPE split sequences by them in Python, and device copies would
-cost a GPU→host synchronisation in every layer.
+is present: megatron's RoPE on the local spec splits sequences by them in Python, and device copies would cost a
+GPU→host synchronisation in every layer. SDPAttention takes its lengths as host ints (`LocalPackedSeqParams`).
+
+A micro-batch is packed in host memory and its few tensors then copied to the device through pinned memory: torch's
+copy from pageable memory first waits for the GPU to finish the work queued before it, so a copy per sample and
+field stalled the host on the GPU many times per micro-batch.
 """
 
 from __future__ import annotations
@@ -19,6 +23,16 @@ from megatron.core import parallel_state
 from megatron.core.packed_seq_params import PackedSeqParams
 
 from megarl.models.accelerators import transformer_engine_available
+
+
+@dataclass
+class LocalPackedSeqParams(PackedSeqParams):
+    """megatron's parameters plus what SDPAttention (megarl/models/attention.py) needs in every layer, made once per
+    micro-batch: the padded sample lengths as host ints, and the padded cumulative lengths on the compute device
+    for the varlen kernel. Deriving either from the other copy in a layer would synchronise the host with the GPU."""
+
+    padded_lengths: tuple[int, ...] = ()
+    cu_seqlens_padded_device: torch.Tensor | None = None
 
 
 @dataclass
@@ -76,7 +90,7 @@ def pack_sequences(
     device=None,
     token_fields: dict[str, list[torch.Tensor]] | None = None,
 ) -> PackedBatch:
-    """Pack samples (1-D token ids) into one THD row for this CP rank.
+    """Pack samples (1-D token ids) into one THD row for this CP rank, on `device` (default: the host).
 
     `token_fields` are per-sample tensors over next-token positions (length L−1 for a sample of length L,
     like `labels`: advantages, old log-probs, masks); they are packed and split the same way, zero-padded."""
@@ -87,17 +101,17 @@ def pack_sequences(
     ids_parts, label_parts, lengths, padded_lengths = [], [], [], []
     field_parts: dict[str, list[torch.Tensor]] = {name: [] for name in token_fields}
     for index, seq in enumerate(sequences):
-        seq = torch.as_tensor(seq, dtype=torch.long, device=device)
+        seq = torch.as_tensor(seq, dtype=torch.long, device="cpu")
         length = seq.numel()
         padded = -(-length // multiple) * multiple
-        ids = torch.zeros(padded, dtype=torch.long, device=seq.device)
+        ids = torch.zeros(padded, dtype=torch.long)
         ids[:length] = seq
         labels = torch.zeros_like(ids)
         labels[: length - 1] = seq[1:]
         ids_parts.append(_local_chunks(ids, cp_size, cp_rank))
         label_parts.append(_local_chunks(labels, cp_size, cp_rank))
         for name, values in token_fields.items():
-            value = torch.as_tensor(values[index], device=seq.device)
+            value = torch.as_tensor(values[index], device="cpu")
             if value.numel() != length - 1:
                 raise ValueError(f"token field {name!r} of sample {index} has {value.numel()} values, not {length - 1}")
             padded_value = value.new_zeros(padded)
@@ -105,10 +119,25 @@ def pack_sequences(
             field_parts[name].append(_local_chunks(padded_value, cp_size, cp_rank))
         lengths.append(length)
         padded_lengths.append(padded)
-    cu_device = device if transformer_engine_available() else "cpu"
-    cu = torch.tensor([0] + lengths, dtype=torch.int32, device=cu_device).cumsum(0, dtype=torch.int32)
-    cu_padded = torch.tensor([0] + padded_lengths, dtype=torch.int32, device=cu_device).cumsum(0, dtype=torch.int32)
-    params = PackedSeqParams(
+    return PackedBatch(
+        input_ids=to_device(torch.cat(ids_parts).unsqueeze(0), device),
+        labels=to_device(torch.cat(label_parts).unsqueeze(0), device),
+        packed_seq_params=_packed_seq_params(lengths, padded_lengths, device),
+        lengths=lengths,
+        padded_lengths=padded_lengths,
+        cp_size=cp_size,
+        cp_rank=cp_rank,
+        token_fields={name: to_device(torch.cat(parts).unsqueeze(0), device) for name, parts in field_parts.items()},
+    )
+
+
+def _packed_seq_params(lengths: list[int], padded_lengths: list[int], device) -> LocalPackedSeqParams:
+    cu = torch.tensor([0] + lengths, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    cu_padded = torch.tensor([0] + padded_lengths, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    cu_padded_device = to_device(cu_padded, device)
+    if transformer_engine_available():
+        cu, cu_padded = to_device(cu, device), cu_padded_device
+    return LocalPackedSeqParams(
         qkv_format="thd",
         cu_seqlens_q=cu,
         cu_seqlens_kv=cu,
@@ -116,17 +145,18 @@ def pack_sequences(
         cu_seqlens_kv_padded=cu_padded,
         max_seqlen_q=max(padded_lengths),
         max_seqlen_kv=max(padded_lengths),
+        padded_lengths=tuple(padded_lengths),
+        cu_seqlens_padded_device=cu_padded_device,
     )
-    return PackedBatch(
-        input_ids=torch.cat(ids_parts).unsqueeze(0),
-        labels=torch.cat(label_parts).unsqueeze(0),
-        packed_seq_params=params,
-        lengths=lengths,
-        padded_lengths=padded_lengths,
-        cp_size=cp_size,
-        cp_rank=cp_rank,
-        token_fields={name: torch.cat(parts).unsqueeze(0) for name, parts in field_parts.items()},
-    )
+
+
+def to_device(tensor: torch.Tensor, device) -> torch.Tensor:
+    """A host tensor on `device` (None: left where it is). To a GPU without blocking, from pinned memory: a blocking
+    copy makes the host wait for all the work already queued on the GPU. (torch's pinned-memory allocator keeps the
+    staging block until the copy has run.)"""
+    if device is None or torch.device(device).type != "cuda":
+        return tensor if device is None else tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
 
 
 def pack_micro_batches(sequences: Sequence, groups: Sequence[Sequence[int]], device=None,

@@ -66,7 +66,7 @@ class RoleModel:
         with self.weights_in_use():
             return compute_sequence_scores(self.chunks, sequences, micro_batches, device=self.device)
 
-    def train_step(self, batches, loss_fn) -> dict[str, float]:
+    def train_step(self, batches, loss_fn) -> dict:
         if self.optimizer is None:
             raise RuntimeError(f"the {self.name} is not trained")
         with self.state.update_in_use():

@@ -21,7 +21,7 @@ from megarl.models import fallbacks
 from megarl.models.forward import run_schedule
 from megarl.models.packing import PackedBatch
 
-LossFn = Callable[[torch.Tensor, PackedBatch], tuple[torch.Tensor, dict[str, float]]]
+LossFn = Callable[[torch.Tensor, PackedBatch], tuple[torch.Tensor, dict[str, torch.Tensor]]]
 
 
 def build_optimizer(
@@ -100,16 +100,19 @@ def allocate_optimizer_state(optimizer) -> None:
                     state["step"] = torch.tensor(0.0)
 
 
-def train_step(model: list, optimizer, scheduler, batches: list[PackedBatch], loss_fn: LossFn) -> dict[str, float]:
-    """Forward-backward over `batches`, then one optimizer step. Returns grad_norm, lr, whether the update
-    was applied, and the per-micro-batch metrics of `loss_fn` summed (on the last pipeline stage)."""
+def train_step(model: list, optimizer, scheduler, batches: list[PackedBatch], loss_fn: LossFn) -> dict:
+    """Forward-backward over `batches`, then one optimizer step. Returns grad_norm, lr and whether the update
+    was applied, and the per-micro-batch metrics of `loss_fn` (0-d tensors) summed on the last pipeline stage. The
+    sums stay on the device for the caller to move to the host in one copy (`reduce_metrics`): reading one per
+    micro-batch would hold the schedule until the GPU had run that micro-batch's forward."""
     scale = parallel_state.get_data_parallel_world_size() * len(batches)
-    summed: dict[str, float] = {}
+    summed: dict[str, torch.Tensor] = {}
 
     def loss(output, batch):
         contribution, metrics = loss_fn(output, batch)
         for key, value in metrics.items():
-            summed[key] = summed.get(key, 0.0) + float(value)
+            # float64 from 0.0, in micro-batch order: exactly the sum of the values as Python floats.
+            summed[key] = summed.get(key, 0.0) + value.detach().double()
         return contribution * scale, {}
 
     for chunk in model:

@@ -79,7 +79,7 @@ class ActorWorker(TrainedWorker):
             if "ptx_weights" in f:  # a pretraining micro-batch: the LM loss, at temperature 1
                 logprobs, _ = vocab_parallel_logprobs_and_entropy(logits, batch.labels, with_entropy=False)
                 nll = -(logprobs * f["ptx_weights"]).sum()
-                return loss.ptx_coef * nll, {"ptx_loss": nll.item()}
+                return loss.ptx_coef * nll, {"ptx_loss": nll}
             logprobs, entropy = vocab_parallel_logprobs_and_entropy(logits, batch.labels, temperature)
             pg_weights = f["weights"] * f["rollout_is_weights"] if "rollout_is_weights" in f else f["weights"]
             pg_loss, clipfrac, ppo_kl, clipfrac_lower = policy_loss(
@@ -87,16 +87,15 @@ class ActorWorker(TrainedWorker):
                 loss.clip_ratio_high, loss.clip_ratio_c, weights=pg_weights)
             share = f["mask"].sum() / max(tokens, 1.0)  # this micro-batch's share of the mini-batch's tokens
             total = pg_loss - loss.entropy_coeff * (entropy * f["weights"]).sum()
-            metrics = {"pg_loss": pg_loss.item(), "pg_clipfrac": (clipfrac * share).item(),
-                       "ppo_kl": (ppo_kl * share).item(), "pg_clipfrac_lower": (clipfrac_lower * share).item(),
-                       "entropy": (entropy * f["token_mean"]).sum().item()}
+            metrics = {"pg_loss": pg_loss, "pg_clipfrac": clipfrac * share, "ppo_kl": ppo_kl * share,
+                       "pg_clipfrac_lower": clipfrac_lower * share, "entropy": (entropy * f["token_mean"]).sum()}
             if loss.kl_loss_coef is not None:
                 kl = (kl_penalty(logprobs, f["ref_log_prob"], loss.kl_loss_type) * f["weights"]).sum()
                 total = total + loss.kl_loss_coef * kl
-                metrics["kl_loss"] = kl.item()
+                metrics["kl_loss"] = kl
             return total, metrics
 
-        return reduce_metrics(self.model.train_step(packed, loss_fn), device)
+        return reduce_metrics(self.model.train_step(packed, loss_fn))
 
     def _ptx_micro_batches(self, part: Batch, device) -> list:
         """The mini-batch's pretraining samples (`ptx_*` columns, PPO-ptx) packed like its RL samples, weighted so

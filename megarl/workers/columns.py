@@ -22,9 +22,11 @@ def response_values(batch: Batch, per_sequence: Sequence[torch.Tensor]) -> torch
     """Per-sequence values of a model pass → [B, R] aligned with `responses`, zero past each response's end."""
     out = torch.zeros_like(batch["response_mask"])
     lengths = batch["response_mask"].sum(dim=1).long().tolist()
-    for i, (prompt, values, length) in enumerate(zip(batch["prompt_ids"], per_sequence, lengths)):
-        start = len(prompt) - 1
-        out[i, :length] = values[start : start + length].float().cpu()
+    pieces = [values[len(prompt) - 1 : len(prompt) - 1 + length]
+              for prompt, values, length in zip(batch["prompt_ids"], per_sequence, lengths)]
+    if pieces:  # one device→host copy for the pass: each copy waits for the GPU
+        for i, piece in enumerate(torch.cat(pieces).float().cpu().split(lengths[: len(pieces)])):
+            out[i, : len(piece)] = piece
     return out
 
 

@@ -45,7 +45,7 @@ class CriticWorker(TrainedWorker):
             vf_loss, clipfrac = compute_value_loss(vpreds, f["returns"], f["values"], f["mask"], cliprange,
                                                    weights=f["weights"])
             share = f["mask"].sum() / max(tokens, 1.0)
-            return vf_loss, {"vf_loss": vf_loss.item(), "vf_clipfrac": (clipfrac * share).item(),
-                             "vpred_mean": (vpreds * f["token_mean"]).sum().item()}
+            return vf_loss, {"vf_loss": vf_loss, "vf_clipfrac": clipfrac * share,
+                             "vpred_mean": (vpreds * f["token_mean"]).sum()}
 
-        return reduce_metrics(self.model.train_step(packed, loss_fn), device)
+        return reduce_metrics(self.model.train_step(packed, loss_fn))

@@ -18,7 +18,7 @@ from megatron.core import parallel_state
 from transformers import AutoTokenizer
 
 from megarl.algorithms import ranking_terms
-from megarl.models.packing import PackedBatch, pack_micro_batches
+from megarl.models.packing import PackedBatch, pack_micro_batches, to_device
 from megarl.models.roles import build_critic
 from megarl.models.seq_cls_export import write_sequence_classifier
 from megarl.workers import join_mesh
@@ -71,17 +71,19 @@ class RMTrainerWorker(Worker):
         plan = self._micro_batches(batch)
         packed = pack_micro_batches(plan.sequences, plan.groups, device)
         cp = parallel_state.get_context_parallel_world_size()
-        # Each CP rank computes the whole loss: its share is 1/cp of it.
-        rankings = {id(micro): (sizes, weights.to(device) / (count * cp))
+        # Each CP rank computes the whole loss: its share is 1/cp of it. What the loss reads per micro-batch is on the
+        # device before the schedule starts: a blocking copy inside it would wait for the forward to finish.
+        rankings = {id(micro): (sizes, to_device(weights, device) / (count * cp),
+                                tuple(to_device(t, device) for t in last_token_slots(micro)))
                     for micro, sizes, weights in zip(packed, plan.sizes, plan.weights)}
 
         def loss_fn(output, micro):
-            sizes, shares = rankings[id(micro)]
-            terms = ranking_terms(last_token_scores(output, micro), sizes, margin)
+            sizes, shares, slots = rankings[id(micro)]
+            terms = ranking_terms(last_token_scores(output, micro, slots), sizes, margin)
             loss = (terms.loss * shares).sum()
-            return loss, {name: (value.detach() * shares).sum().item() for name, value in terms._asdict().items()}
+            return loss, {name: (value.detach() * shares).sum() for name, value in terms._asdict().items()}
 
-        metrics = reduce_metrics(self.model.train_step(packed, loss_fn), device)
+        metrics = reduce_metrics(self.model.train_step(packed, loss_fn))
         return {f"rm/{key}": value for key, value in metrics.items()}
 
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
@@ -111,11 +113,12 @@ class RMTrainerWorker(Worker):
         return out_dir
 
 
-def last_token_scores(output: torch.Tensor, micro: PackedBatch) -> torch.Tensor:
-    """[samples]: the value head's output ([1, local tokens, 1]) at each sample's last token, on every CP rank."""
+def last_token_scores(output: torch.Tensor, micro: PackedBatch, slots: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """[samples]: the value head's output ([1, local tokens, 1]) at each sample's last token, on every CP rank;
+    `slots` are `last_token_slots(micro)` on the output's device."""
     values = output.squeeze(-1)[0].float()
-    samples, positions = last_token_slots(micro)
-    scores = values.new_zeros(len(micro.lengths)).index_add(0, samples.to(values.device), values[positions])
+    samples, positions = slots
+    scores = values.new_zeros(len(micro.lengths)).index_add(0, samples, values[positions])
     if micro.cp_size > 1:
         scores = dist_autograd.all_reduce(scores, group=parallel_state.get_context_parallel_group())
     return scores

@@ -48,9 +48,9 @@ class SFTWorker(Worker):
         def loss_fn(logits, micro):
             logprobs, _ = vocab_parallel_logprobs_and_entropy(logits, micro.labels, with_entropy=False)
             loss = -(logprobs * micro.token_fields["weights"]).sum()
-            return loss, {"loss": loss.item()}
+            return loss, {"loss": loss}
 
-        metrics = reduce_metrics(self.model.train_step(packed, loss_fn), device)
+        metrics = reduce_metrics(self.model.train_step(packed, loss_fn))
         return {f"train/{key}": value for key, value in metrics.items()}
 
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)

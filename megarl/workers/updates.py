@@ -48,14 +48,15 @@ def pack_groups(part: Batch, seqs: list[torch.Tensor], fields: dict[str, torch.T
     return pack_micro_batches(seqs, groups, device, per_token)
 
 
-def reduce_metrics(step: dict[str, float], device) -> dict[str, float]:
+def reduce_metrics(step: dict) -> dict[str, float]:
     """A `train_step` result → the loss metrics summed over data and context parallel ranks (they live on the
-    last pipeline stage), with grad_norm and lr."""
-    summed = {k: v for k, v in step.items() if k not in ("grad_norm", "lr", "update_successful")}
-    if parallel_state.is_pipeline_last_stage(ignore_virtual=True):
-        values = torch.tensor([summed[k] for k in sorted(summed)], dtype=torch.float64, device=device)
+    last pipeline stage), with grad_norm and lr; the metrics come to the host in one copy."""
+    keys = sorted(k for k in step if k not in ("grad_norm", "lr", "update_successful"))
+    summed = {}
+    if keys and parallel_state.is_pipeline_last_stage(ignore_virtual=True):
+        values = torch.stack([step[k] for k in keys])
         dist.all_reduce(values, group=parallel_state.get_data_parallel_group(with_context_parallel=True))
-        summed = dict(zip(sorted(summed), values.tolist()))
+        summed = dict(zip(keys, values.tolist()))
     return {**summed, "grad_norm": step["grad_norm"], "lr": step["lr"]}
 
 

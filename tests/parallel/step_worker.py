@@ -45,7 +45,7 @@ class TinyStepWorker(Worker):
         def loss_fn(logits, packed):
             logprobs, _ = vocab_parallel_logprobs_and_entropy(logits, packed.labels)
             loss = -logprobs.float().sum() / tokens
-            return loss, {"loss": loss.item()}
+            return loss, {"loss": loss}
 
         metrics = self.actor.train_step([pack_sequences(sequences, device=self.actor.device)], loss_fn)
         after = self.actor.logprobs(sequences, everything)["logprobs"]

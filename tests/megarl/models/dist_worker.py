@@ -135,7 +135,7 @@ def main():
         logprobs, _ = vocab_parallel_logprobs_and_entropy(logits, batch.labels, with_entropy=False)
         f = batch.token_fields
         pg_loss, *_ = compute_policy_loss(f["old"], logprobs, f["adv"], f["mask"], batch_num_tokens=total_tokens)
-        return pg_loss, {"pg_loss": pg_loss.item()}
+        return pg_loss, {"pg_loss": pg_loss}
 
     step = actor.train_step(packed(seqs, my_micro_batches(), fields, device), actor_loss)
     result["actor_grad_norm"] = step["grad_norm"]

@@ -10,14 +10,30 @@ import pytest
 from tests.helpers import REPO_ROOT, make_model
 
 
-def test_warmup_then_cosine_decay(tmp_path):
+@pytest.fixture(scope="module")
+def steps(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("training")
     model = make_model("qwen2", tmp_path / "model")
     env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     worker = Path(__file__).with_name("training_worker.py")
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", str(worker),
-                           str(model), str(tmp_path / "lrs.json")], capture_output=True, text=True, timeout=300, env=env)
+                           str(model), str(tmp_path / "out.json")], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    lrs = json.loads((tmp_path / "lrs.json").read_text())
+    return json.loads((tmp_path / "out.json").read_text())
+
+
+def test_warmup_then_cosine_decay(steps):
+    lrs = steps["lrs"]
     # Step 0 uses lr 0 (warmup from 0), then 0.5e-3, 1e-3, then cosine from 1e-3 to 1e-4 over the 3 decay steps.
     decay = [1e-4 + 0.5 * (1e-3 - 1e-4) * (1 + math.cos(math.pi * k / 3)) for k in (1, 2, 3)]
     assert lrs == pytest.approx([0.0, 0.5e-3, 1e-3, *decay], rel=1e-6, abs=1e-12)
+
+
+def test_metrics_are_the_exact_sums_of_the_micro_batches_values(steps):
+    given = steps["given"]
+    assert len(given) == 3
+    for key in ("mean", "last"):
+        total = 0.0
+        for metrics in given:  # the float64 sum, in micro-batch order
+            total += metrics[key]
+        assert steps["summed"][key] == total and steps["reduced"][key] == total, key

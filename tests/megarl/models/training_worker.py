@@ -1,5 +1,6 @@
-"""LR schedule through RoleModel.train_step (run under torchrun by test_training.py): writes the lr used by
-each of five steps and the grad norms, with warmup 2 and cosine decay over 5 steps."""
+"""RoleModel.train_step (run under torchrun by test_training.py): writes the lr used by each of five steps, with
+warmup 2 and cosine decay over 5 steps; then, for one step over three micro-batches, the metrics each micro-batch's
+loss function gave (as floats) and the step's sums of them, as train_step returns them and after reduce_metrics."""
 
 import json
 import sys
@@ -9,6 +10,7 @@ import torch
 from megarl.config.schema import MegatronConfig, OptimConfig
 from megarl.models.packing import pack_sequences
 from megarl.models.roles import build_actor
+from megarl.workers.updates import reduce_metrics
 from parallel import topology
 
 
@@ -22,8 +24,19 @@ def main():
     lrs = [actor.optimizer.param_groups[0]["lr"]]
     for _ in range(5):
         lrs.append(actor.train_step(batches, lambda output, batch: (output.float().mean(), {}))["lr"])
+
+    given = []
+
+    def loss_fn(output, batch):
+        metrics = {"mean": output.float().mean(), "last": output[0, -1].float().std()}
+        given.append({key: value.item() for key, value in metrics.items()})
+        return output.float().mean(), metrics
+
+    batches = [pack_sequences([torch.arange(n, 3 * n)]) for n in (3, 5, 7)]
+    step = actor.train_step(batches, loss_fn)
     with open(out, "w") as f:
-        json.dump(lrs, f)
+        json.dump({"lrs": lrs, "given": given, "summed": {key: float(step[key]) for key in given[0]},
+                   "reduced": reduce_metrics(step)}, f)
     topology.destroy()
 
 
