@@ -113,6 +113,13 @@ def run_command(cmd: list[str], timeout: float, cwd: Path = REPO_ROOT, env: dict
         return subprocess.CompletedProcess(cmd, proc.returncode, out.read(), err.read())
 
 
+def worker_result(worker: Path, timeout: float = 300) -> dict:
+    """A test's worker script run alone in a fresh interpreter: the JSON of its last output line."""
+    done = run_command([sys.executable, str(worker)], timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def _python_stacks(pid: int) -> str:
     import psutil
 

@@ -1,21 +1,15 @@
 """megarl.models.qk_norm: Qwen3's query/key norms hand megatron's RoPE float32, which rotates in float32; the
 rotated query and key are rounded once, in SDPAttention (benchmarks/logprob_layers.py shows the effect on a model)."""
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.helpers import ENV, REPO_ROOT
+from tests.helpers import worker_result
 
 WORKER = Path(__file__).with_name("qk_norm_worker.py")
 
 
 def test_rope_after_the_query_key_norm_rotates_in_float32_and_rounds_once():
-    done = subprocess.run([sys.executable, str(WORKER)], env=ENV, cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = worker_result(WORKER)
     assert result["norm_dtype"] == "torch.float32" and result["rope_dtype"] == "torch.float32"
     assert result["norm_vs_model_dtype_norm"] <= 2 ** -7  # the same norm; at most one bf16 rounding apart
     # One rounding of the rotated values against bf16 cos/sin, two rounded products and a rounded sum.
