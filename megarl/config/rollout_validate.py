@@ -44,16 +44,11 @@ def _check_colocated(cfg: MegaRLConfig, problems: list[str]) -> None:
 
 
 def _check_own_pool(cfg: MegaRLConfig, problems: list[str]) -> None:
+    """Its sizes and launcher are checked with the other roles' pools (validate.py)."""
     rollout = cfg.rollout
-    for key in ("nnodes", "n_gpus_per_node"):
-        if getattr(rollout, key) < 1:
-            problems.append(f"rollout.{key}={getattr(rollout, key)} must be at least 1")
     if rollout.tensor_model_parallel_size >= 1 and rollout.n_gpus_per_node % rollout.tensor_model_parallel_size:
         problems.append(f"rollout.tensor_model_parallel_size={rollout.tensor_model_parallel_size} must divide "
                         f"rollout.n_gpus_per_node={rollout.n_gpus_per_node} (an engine's GPUs are on one node)")
-    if cfg.trainer.launcher == "torchrun":
-        problems.append("rollout.enable_resource_pool=true needs trainer.launcher=ray (under torchrun every role "
-                        "shares the job's processes)")
     if rollout.name == "sglang":
         problems.append("rollout.enable_resource_pool=true runs the transformers engine only for now: the weight "
                         "bridge to SGLang engines on GPUs of their own is not measured yet (it needs two GPUs); "

@@ -96,6 +96,9 @@ def _check_sizes(cfg: MegaRLConfig, problems: list[str]) -> None:
     if cfg.use_critic and cfg.critic.enable_resource_pool:
         positive["critic.nnodes"] = cfg.critic.nnodes
         positive["critic.n_gpus_per_node"] = cfg.critic.n_gpus_per_node
+    if cfg.rollout.enable_resource_pool:
+        positive["rollout.nnodes"] = cfg.rollout.nnodes
+        positive["rollout.n_gpus_per_node"] = cfg.rollout.n_gpus_per_node
     if cfg.use_critic:
         for name in ("ppo_mini_batch_size", "ppo_micro_batch_size_per_gpu", "forward_micro_batch_size_per_gpu",
                      "ppo_max_token_len_per_gpu", "forward_max_token_len_per_gpu", "ppo_epochs"):
@@ -229,7 +232,8 @@ def _check_meshes(cfg: MegaRLConfig, problems: list[str]) -> None:
         _check_colocated_mesh(problems, "reward.model", cfg.reward.model.megatron, cfg.actor.megatron,
                               "the reward model runs in the actor's processes",
                               ", or give it its own GPUs with reward.model.enable_resource_pool=true (Ray launcher)")
-    own_pools = [("critic", cfg.use_critic and cfg.critic.enable_resource_pool), ("reward.model", own_rm_pool)]
+    own_pools = [("critic", cfg.use_critic and cfg.critic.enable_resource_pool), ("reward.model", own_rm_pool),
+                 ("rollout", cfg.rollout.enable_resource_pool)]
     for role, own_pool in own_pools:
         if own_pool and cfg.trainer.launcher == "torchrun":
             problems.append(f"{role}.enable_resource_pool=true needs trainer.launcher=ray (under torchrun every "

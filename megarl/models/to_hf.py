@@ -12,6 +12,7 @@ Names are megatron's with global layer numbers; the names on both sides come fro
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -29,6 +30,12 @@ class AttentionShape:
     def of(cls, hf_config) -> AttentionShape:
         head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
         return cls(hf_config.num_attention_heads, hf_config.num_key_value_heads, head_dim)
+
+
+def hf_converter(hf_config) -> Callable[[str, torch.Tensor], list[Part]]:
+    """`megatron_to_hf` for the model of `hf_config` (its attention shape, whether its embeddings are tied)."""
+    attention, tied = AttentionShape.of(hf_config), bool(getattr(hf_config, "tie_word_embeddings", False))
+    return lambda name, tensor: megatron_to_hf(name, tensor, attention, tied)
 
 
 def megatron_to_hf(name: str, tensor: torch.Tensor, attention: AttentionShape, tied: bool = False) -> list[Part]:

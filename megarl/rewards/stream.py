@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from typing import Any, Optional, Sequence
 
 from megarl.rewards.outcome import Outcome
@@ -28,7 +27,6 @@ class StreamingScorer:
     def __init__(self, scorer: RewardScorer, count: int):
         self.scorer = scorer
         self.results: list[Optional[Outcome]] = [None] * count
-        self.busy_s = 0.0  # time the thread spent scoring: how much reward work the generation hid
         self.failure: Optional[BaseException] = None
         self.waiting: queue.Queue = queue.Queue()
         self.thread = threading.Thread(target=self._run, name="megarl-streaming-scorer", daemon=True)
@@ -64,12 +62,10 @@ class StreamingScorer:
                 taken.append(self.waiting.get())
             work = [item for item in taken if item is not _DONE]
             if work and self.failure is None:
-                start = time.perf_counter()
                 try:
                     for (index, _), outcome in zip(work, self.scorer.score_samples([s for _, s in work])):
                         self.results[index] = outcome
                 except BaseException as e:  # raised to the caller by outcomes()
                     self.failure = e
-                self.busy_s += time.perf_counter() - start
             if len(work) < len(taken):
                 return

@@ -120,7 +120,6 @@ def make_sampler(roles: Roles, cfg: MegaRLConfig, score: Score, loader: PromptLo
     return AheadSampler(sampler, roles.rollout, loader, staleness, steps) if staleness else sampler
 
 
-
 class RLStep:
     """One PPO/GRPO-family step over a batch of prompts."""
 

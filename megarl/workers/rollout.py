@@ -11,7 +11,7 @@ import torch.distributed as dist
 from megatron.core import parallel_state
 
 from megarl.models.bridge import load_hf_config
-from megarl.models.to_hf import AttentionShape, megatron_to_hf
+from megarl.models.to_hf import hf_converter
 from megarl.models.tokenizer import load_tokenizer
 from megarl.rewards.scorer import RewardScorer
 from megarl.rewards.stream import StreamingScorer
@@ -45,9 +45,8 @@ class RolloutWorker(Worker):
             self.engine.resume_memory(MEMORY_TAGS)
             return
         self.actor = actor = colocated(actor_role).model
-        attention, tied = AttentionShape.of(hf_config), bool(getattr(hf_config, "tie_word_embeddings", False))
-        self.streamer = WeightStreamer(actor.named_parameters, lambda name, t: megatron_to_hf(name, t, attention, tied),
-                                       self.placement.slot, self.placement.slots,
+        self.streamer = WeightStreamer(actor.named_parameters, hf_converter(hf_config), self.placement.slot,
+                                       self.placement.slots,
                                        pp_group=parallel_state.get_pipeline_model_parallel_group())
 
     def _build_engine(self) -> RolloutEngine:

@@ -11,7 +11,7 @@ import torch.distributed as dist
 from megatron.core import parallel_state
 
 from megarl.models.bridge import load_hf_config
-from megarl.models.to_hf import AttentionShape, megatron_to_hf
+from megarl.models.to_hf import hf_converter
 from parallel import topology
 from parallel.bridge import WeightBridge
 from parallel.dispatch import Collect, worker_method
@@ -23,11 +23,9 @@ from parallel.worker import Worker, colocated
 class WeightSenderWorker(Worker):
     def __init__(self, model_path: str, train_tp: int, actor_role: str = "actor"):
         self.actor = actor = colocated(actor_role).model
-        hf_config = load_hf_config(model_path)
-        attention, tied = AttentionShape.of(hf_config), bool(getattr(hf_config, "tie_word_embeddings", False))
         # Slots of one-GPU engines: each rank's holds the full tensors, gathered within its tensor-parallel group.
         slots = engine_slots(dist.get_world_size(), train_tp, 1)
-        self.streamer = WeightStreamer(actor.named_parameters, lambda name, t: megatron_to_hf(name, t, attention, tied),
+        self.streamer = WeightStreamer(actor.named_parameters, hf_converter(load_hf_config(model_path)),
                                        slots[dist.get_rank()], slots,
                                        pp_group=parallel_state.get_pipeline_model_parallel_group())
         self.bridge: WeightBridge | None = None
