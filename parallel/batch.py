@@ -63,7 +63,12 @@ class Batch:
                 raise KeyError(f"no {missing} in this batch; it has {sorted(self.keys())}")
         tensors = {k: v for k, v in self.tensors.items() if keys is None or k in keys}
         fields = {k: v for k, v in self.fields.items() if keys is None or k in keys}
-        if indices is not None:
+        if isinstance(indices, slice):
+            # A copy of a basic slice: no gather op (each one cost milliseconds on a busy many-core host), and no view
+            # that would pickle its whole source tensor when sent to a worker.
+            tensors = {k: v[indices].clone() for k, v in tensors.items()}
+            fields = {k: v[indices].copy() for k, v in fields.items()}
+        elif indices is not None:
             if isinstance(indices, torch.Tensor):
                 indices = indices.cpu().numpy()
             rows = np.arange(len(self))[indices]

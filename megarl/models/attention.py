@@ -4,6 +4,7 @@ megatron's own local `DotProductAttention` materialises the s×s score matrix an
 sequences nor context parallelism. This module is swapped in through the layer spec instead:
 - causal attention through `scaled_dot_product_attention` (flash / memory-efficient kernels on GPU), with
   grouped-query attention handled by the kernel;
+- RoPE for packed sequences, which the layer leaves to it (megarl/models/rotary.py);
 - packed sequences (THD), attending within each sequence only: on a GPU in one call of torch's FlashAttention
   varlen kernel (`torch.nn.attention.varlen.varlen_attn`), elsewhere one SDPA call per sequence (a loop that, on a
   GPU, spent seconds per step on the host: cuDNN builds a graph for every new length). The lengths come as host ints
@@ -27,6 +28,7 @@ from megatron.core.transformer.module import MegatronModule
 from torch.nn.attention.bias import causal_lower_right
 
 from megarl.models.packing import LocalPackedSeqParams, sequence_in_global_order
+from megarl.models.rotary import rotate_packed
 
 try:  # torch >= 2.9; its causal and grouped-query arguments changed between releases
     from torch.nn.attention.varlen import varlen_attn
@@ -87,6 +89,8 @@ class SDPAttention(MegatronModule):
         if attention_bias is not None or attention_mask is not None:
             raise ValueError("SDPAttention is causal-only: pack sequences (PackedSeqParams) instead of masking")
         dropout = self.dropout if self.training else 0.0
+        if isinstance(packed_seq_params, LocalPackedSeqParams) and packed_seq_params.rotary_freqs is not None:
+            query, key = rotate_packed(query, packed_seq_params), rotate_packed(key, packed_seq_params)
         # Rotated in float32 after QKNormFloat32Out: rounded once, here, to the dtype the kernels take.
         query, key = query.to(value.dtype), key.to(value.dtype)
         if packed_seq_params is None:  # [s, b, h, d]

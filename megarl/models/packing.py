@@ -28,11 +28,15 @@ from megarl.models.accelerators import transformer_engine_available
 @dataclass
 class LocalPackedSeqParams(PackedSeqParams):
     """megatron's parameters plus what SDPAttention (megarl/models/attention.py) needs in every layer, made once per
-    micro-batch: the padded sample lengths as host ints, and the padded cumulative lengths on the compute device
-    for the varlen kernel. Deriving either from the other copy in a layer would synchronise the host with the GPU."""
+    micro-batch: the padded sample lengths as host ints, the padded cumulative lengths on the compute device for the
+    varlen kernel, and the tokens' positions for RoPE. Deriving either kind from the other in a layer would synchronise
+    the host with the GPU."""
 
     padded_lengths: tuple[int, ...] = ()
     cu_seqlens_padded_device: torch.Tensor | None = None
+    positions_device: torch.Tensor | None = None  # each local token's position in its sample (megarl/models/rotary.py)
+    rotary_freqs: torch.Tensor | None = None  # set by a layer that leaves RoPE to the core attention
+    rotary_tables: dict = field(default_factory=dict)  # per dtype, shared by every layer's copy of these parameters
 
 
 @dataclass
@@ -122,7 +126,7 @@ def pack_sequences(
     return PackedBatch(
         input_ids=to_device(torch.cat(ids_parts).unsqueeze(0), device),
         labels=to_device(torch.cat(label_parts).unsqueeze(0), device),
-        packed_seq_params=_packed_seq_params(lengths, padded_lengths, device),
+        packed_seq_params=_packed_seq_params(lengths, padded_lengths, device, cp_size, cp_rank),
         lengths=lengths,
         padded_lengths=padded_lengths,
         cp_size=cp_size,
@@ -131,8 +135,10 @@ def pack_sequences(
     )
 
 
-def _packed_seq_params(lengths: list[int], padded_lengths: list[int], device) -> LocalPackedSeqParams:
+def _packed_seq_params(lengths: list[int], padded_lengths: list[int], device, cp_size: int,
+                       cp_rank: int) -> LocalPackedSeqParams:
     cu = torch.tensor([0] + lengths, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    positions = torch.cat([_local_chunks(torch.arange(padded), cp_size, cp_rank) for padded in padded_lengths])
     cu_padded = torch.tensor([0] + padded_lengths, dtype=torch.int32).cumsum(0, dtype=torch.int32)
     cu_padded_device = to_device(cu_padded, device)
     if transformer_engine_available():
@@ -147,6 +153,7 @@ def _packed_seq_params(lengths: list[int], padded_lengths: list[int], device) ->
         max_seqlen_kv=max(padded_lengths),
         padded_lengths=tuple(padded_lengths),
         cu_seqlens_padded_device=cu_padded_device,
+        positions_device=to_device(positions, device),
     )
 
 
@@ -189,7 +196,8 @@ class MicroBatching:
 def token_budget_micro_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
     """Split sample indices into micro-batches of at most `max_tokens` tokens each (a longer sample gets a
     micro-batch of its own), balancing token counts: fewest micro-batches first, then longest-first
-    greedy placement into the lightest one. Every index appears exactly once."""
+    greedy placement into the lightest one. Every index appears exactly once; the micro-batch of the most tokens comes
+    first, so that the allocator's blocks for it serve the rest of the pass."""
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be ≥ 1, got {max_tokens}")
     total = sum(lengths)
@@ -206,5 +214,5 @@ def token_budget_micro_batches(lengths: list[int], max_tokens: int) -> list[list
             bins[target].append(index)
             loads[target] += lengths[index]
         if fits:
-            return [sorted(b) for b in bins if b]
+            return [sorted(bins[b]) for b in sorted(range(count), key=lambda b: -loads[b]) if bins[b]]
         count += 1

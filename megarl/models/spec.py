@@ -1,6 +1,7 @@
 """The layer specs of one pipeline stage: Transformer Engine's when it is importable, else megatron-core's local
-spec with the core attention swapped for SDPAttention and query/key norms (where the model has them) for
-QKNormFloat32Out, which lets RoPE rotate in float32 (submodule swaps, not a fork of the layer).
+spec with the core attention swapped for SDPAttention, the self-attention for SelfAttentionRotaryInCore (which leaves
+RoPE over packed sequences to SDPAttention) and query/key norms (where the model has them) for QKNormFloat32Out, which
+lets RoPE rotate in float32 (swaps through the spec, not a fork of the layer).
 
 Both come from megatron-core's `get_gpt_decoder_block_spec`, so both slice the layers per pipeline stage (and
 virtual stage) the same way. With LoRA (`adapter`), the local spec's linear layers are swapped for their LoRA
@@ -20,6 +21,7 @@ from megatron.core.transformer.transformer_block import TransformerBlockSubmodul
 from megarl.models.attention import SDPAttention
 from megarl.models.lora import Adapter, lora_layer_spec
 from megarl.models.qk_norm import QKNormFloat32Out
+from megarl.models.rotary import SelfAttentionRotaryInCore
 
 
 def layer_spec(config, use_transformer_engine: bool, vp_stage: int | None = None, adapter: Adapter | None = None,
@@ -43,5 +45,6 @@ def _local_attention(layer: ModuleSpec) -> ModuleSpec:
     swaps = {"core_attention": SDPAttention}
     if attention.submodules.q_layernorm not in (None, IdentityOp):
         swaps.update(q_layernorm=QKNormFloat32Out, k_layernorm=QKNormFloat32Out)
-    attention = replace(attention, submodules=replace(attention.submodules, **swaps))
+    attention = replace(attention, module=SelfAttentionRotaryInCore,
+                        submodules=replace(attention.submodules, **swaps))
     return replace(layer, submodules=replace(layer.submodules, self_attention=attention))

@@ -50,6 +50,17 @@ def test_select_columns_rows_and_masks():
         batch.select(["missing"])
 
 
+def test_a_sliced_batch_owns_its_rows():
+    batch = make()
+    part = batch.select(indices=slice(1, 3))
+    assert list(part["uid"]) == ["p1", "p2"] and part["reward"].tolist() == [1.0, 2.0]
+    # Its own storage: sending it to a worker sends two rows, not the four it came from.
+    assert part["ids"].untyped_storage().nbytes() == part["ids"].nbytes
+    part["reward"][0] = -1.0
+    part["uid"][0] = "changed"
+    assert batch["reward"][1] == 1.0 and batch["uid"][1] == "p1"
+
+
 def test_union_adds_columns_and_refuses_conflicts():
     batch = make()
     more = Batch({"adv": torch.ones(4)}, {"uid": np.array([f"p{i}" for i in range(4)], dtype=object)})

@@ -48,6 +48,8 @@ def test_token_budget_micro_batches(lengths, budget):
     for b in batches:
         assert sum(lengths[i] for i in b) <= budget or len(b) == 1
     assert len(batches) <= len(lengths) and all(batches)
+    loads = [sum(lengths[i] for i in b) for b in batches]
+    assert loads == sorted(loads, reverse=True)  # the largest first: its cached blocks serve the rest
 
 
 def test_token_budget_balances():

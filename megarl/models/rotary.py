@@ -1,0 +1,66 @@
+"""Rotary position embedding for packed sequences on the local spec, applied by SDPAttention from per-token tables made
+once per micro-batch.
+
+megatron's unfused THD RoPE, in every layer and for the query and the key each, splits the packed tensor by sequence
+in Python, slices and concatenates the frequencies sequence by sequence, and takes their cos and sin: a few hundred
+Python operations and a dozen kernels. At 0.5B the training passes wait on the host, and this was a quarter of its
+time in them. Here `SelfAttentionRotaryInCore` (swapped in through the layer spec) hands megatron's frequencies to the
+core attention with the packed parameters instead of rotating; the first layer gathers them at each token's position
+(`LocalPackedSeqParams.positions_device`, made while packing), and the cos and sin tables it rounds to the query's
+dtype serve every layer of the micro-batch. The arithmetic is megatron's (tables rounded to the tensor's dtype,
+t·cos + rotate_half(t)·sin), so results are bit-identical.
+
+Only plain RoPE moves (not interleaved, no YaRN scaling of the magnitude, no multi-latent attention); otherwise, and
+for unpacked input, megatron rotates as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+from megatron.core.transformer.attention import SelfAttention
+
+from megarl.models.packing import LocalPackedSeqParams
+
+
+def _plain_rope(config) -> bool:
+    return (not config.rotary_interleaved and not config.multi_latent_attention and not config.apply_rope_fusion
+            and not hasattr(config, "yarn_rotary_scaling_factor"))
+
+
+class SelfAttentionRotaryInCore(SelfAttention):
+    """megatron's SelfAttention; with packed sequences (LocalPackedSeqParams) its core attention applies RoPE."""
+
+    def __init__(self, config, *args, **kwargs):
+        super().__init__(config, *args, **kwargs)
+        self.rotary_in_core = _plain_rope(config)
+
+    def forward(self, hidden_states, attention_mask, *args, rotary_pos_emb=None, packed_seq_params=None, **kwargs):
+        if (self.rotary_in_core and isinstance(rotary_pos_emb, torch.Tensor)
+                and isinstance(packed_seq_params, LocalPackedSeqParams)):
+            packed_seq_params, rotary_pos_emb = replace(packed_seq_params, rotary_freqs=rotary_pos_emb), None
+        return super().forward(hidden_states, attention_mask, *args, rotary_pos_emb=rotary_pos_emb,
+                               packed_seq_params=packed_seq_params, **kwargs)
+
+
+def rotate_packed(t: torch.Tensor, params: LocalPackedSeqParams) -> torch.Tensor:
+    """`t` [tokens, heads, head_dim] rotated at each token's position by `params.rotary_freqs` ([max_len, 1, 1, rot])."""
+    cos, sin = _tables(params, t.dtype)
+    rot = cos.shape[-1]
+    head = t[..., :rot]
+    first, second = head.chunk(2, dim=-1)
+    rotated = head * cos + torch.cat((-second, first), dim=-1) * sin
+    return rotated if rot == t.shape[-1] else torch.cat((rotated, t[..., rot:]), dim=-1)
+
+
+def _tables(params: LocalPackedSeqParams, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin [tokens, 1, rot] in `dtype`, made by the micro-batch's first layer (the tables are shared by every
+    copy of its parameters; a new frequency tensor, from another model, makes them afresh)."""
+    freqs = params.rotary_freqs
+    cached = params.rotary_tables.get(dtype)
+    if cached is None or cached[0] is not freqs:
+        angles = freqs.squeeze(1)[params.positions_device]  # [tokens, 1, rot]
+        cached = (freqs, torch.cos(angles).to(dtype), torch.sin(angles).to(dtype))
+        params.rotary_tables[dtype] = cached
+    return cached[1], cached[2]
