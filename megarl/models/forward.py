@@ -21,11 +21,7 @@ def run_schedule(model: list, batches: list[PackedBatch], on_output: Callable, f
     """megatron's (pipeline) schedule over packed `batches`. On the last stage `on_output(output, batch)`
     returns (loss, data); the schedule returns each micro-batch's data there and nothing elsewhere."""
     data = iter(batches)
-    # The previous pass's cached blocks are of other sizes (measured: 83 GB reserved for a 33 GB peak of live tensors
-    # when they were kept). Once per pass, not per micro-batch: emptying waits for the GPU and makes the next
-    # micro-batch allocate afresh, which cost 30 % of a forward pass at 0.5B. Within the pass the largest micro-batch
-    # comes first (token_budget_micro_batches), so the later ones fit in its blocks. (A no-op without CUDA.)
-    torch.cuda.empty_cache()
+    _release_cached_blocks((id(model[0]), forward_only), max(b.input_ids.shape[1] for b in batches))
 
     def forward_step(data_iterator, chunk):
         batch = next(data_iterator)
@@ -42,6 +38,22 @@ def run_schedule(model: list, batches: list[PackedBatch], on_output: Callable, f
         micro_batch_size=1,
         forward_only=forward_only,
     )
+
+
+_cache_shaped_for: tuple[tuple, int] | None = None  # the last pass's model and kind, and its largest micro-batch
+
+
+def _release_cached_blocks(pass_kind: tuple, largest_tokens: int) -> None:
+    """Hand torch's cached blocks back before a pass they were not shaped for (measured: 83 GB reserved for a 33 GB
+    peak of live tensors when blocks of every pass were kept). Not per micro-batch, nor between the mini-batches of an
+    update: emptying waits for the GPU and makes what follows allocate afresh, which cost 30 % of a forward pass at
+    0.5B. Within a pass the largest micro-batch comes first (token_budget_micro_batches), so the rest fit in its blocks;
+    the next pass of the same model and kind with no larger micro-batch fits in them too. (A no-op without CUDA.)"""
+    global _cache_shaped_for
+    last = _cache_shaped_for
+    if last is None or last[0] != pass_kind or largest_tokens > last[1]:
+        torch.cuda.empty_cache()
+        _cache_shaped_for = (pass_kind, largest_tokens)
 
 
 def run_forward(model, batches: list[PackedBatch], per_token: PerToken) -> list[dict[str, list[torch.Tensor]]]:

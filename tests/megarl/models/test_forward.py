@@ -1,0 +1,21 @@
+"""megarl.models.forward: torch's cached blocks go back before a pass they were not shaped for, and only then."""
+
+import torch
+
+from megarl.models import forward
+
+
+def test_the_cache_is_emptied_only_before_a_pass_it_does_not_fit(monkeypatch):
+    emptied = []
+    monkeypatch.setattr(forward, "_cache_shaped_for", None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(True))
+    passes = [(("actor", True), 100, True),     # the first pass
+              (("actor", True), 90, False),     # the same model and kind, smaller: fits in the last one's blocks
+              (("actor", False), 90, True),     # an update after a forward pass
+              (("actor", False), 90, False),    # its next mini-batch
+              (("actor", False), 120, True),    # a larger micro-batch
+              (("critic", False), 50, True)]    # another model
+    for kind, tokens, empties in passes:
+        before = len(emptied)
+        forward._release_cached_blocks(kind, tokens)
+        assert len(emptied) - before == empties, (kind, tokens)
