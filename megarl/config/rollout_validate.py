@@ -25,6 +25,9 @@ def check_rollout_placement(cfg: MegaRLConfig, problems: list[str]) -> None:
         if rollout.max_logprob_mult_error is not None:
             problems.append("rollout.max_logprob_mult_error cannot gate a run with trainer.staleness > 0: the engines' "
                             "log-probs are an older policy's, not a check of the weight sync; drop it (null)")
+        if "logprob_mismatch" in cfg.trainer.health.stop_on:
+            problems.append("trainer.health.stop_on cannot name logprob_mismatch with trainer.staleness > 0: the "
+                            "engines' log-probs are an older policy's, so the check is off at stale steps; drop it")
         if cfg.algorithm.adv_estimator == "remax":
             problems.append("trainer.staleness > 0 cannot run ReMax: its greedy baseline is generated within the step")
 

@@ -87,7 +87,10 @@ class HealthMonitor:
 
     def _logprob_mismatch(self, step: int, metrics: dict) -> str | None:
         error = metrics.get("rollout/logprob_mult_error")
-        if error is None or error <= self.health.logprob_mult_error_max:
+        # Generated ahead (trainer.staleness), the engines' log-probs are an older policy's: the error then measures
+        # how far the policy moved since, which rollout correction weighs, not a disagreement over the same weights.
+        stale = metrics.get("rollout_corr/staleness", 0.0) > 0
+        if error is None or stale or error <= self.health.logprob_mult_error_max:
             return None
         return (f"rollout/logprob_mult_error={error:.4g} > {self.health.logprob_mult_error_max}: the engine and the "
                 "trainer disagree on the sampled tokens' log-probs: correct for it (algorithm.rollout_correction) "

@@ -247,10 +247,11 @@ def test_rollout_engines_on_a_pool_of_their_own():
     ("trainer.staleness=-1", "trainer.staleness=-1 must be 0 or more"),
     ("trainer.staleness=1", "needs rollout.enable_resource_pool=true"),
     ("rollout.max_logprob_mult_error=1.05", "cannot gate a run with trainer.staleness > 0"),
+    ("trainer.health.stop_on=[logprob_mismatch]", "cannot name logprob_mismatch with trainer.staleness > 0"),
 ])
 def test_staleness_needs_engines_of_their_own(override, message):
     own_pool = ["rollout.name=transformers", "rollout.enable_resource_pool=true", "trainer.staleness=1"]
-    assert message in one_problem(override, *(own_pool if "gate" in message else []))
+    assert message in one_problem(override, *(own_pool if "staleness > 0" in message else []))
 
 
 @pytest.mark.parametrize("algorithm, message", [

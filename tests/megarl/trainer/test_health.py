@@ -33,6 +33,15 @@ def test_each_breach_is_one_line_naming_the_fix():
     assert "algorithm.rollout_correction" in said[3] and health.stop_reason is None
 
 
+def test_log_probs_of_an_older_policy_are_no_mismatch():
+    health, said = monitor()
+    assert health(1, {"rollout/logprob_mult_error": 1.2, "rollout_corr/staleness": 0.0}) == {
+        "health/logprob_mismatch": 1.0}
+    assert health(2, {"rollout/logprob_mult_error": 1.2, "rollout_corr/staleness": 1.0}) == {
+        "health/logprob_mismatch": 0.0}
+    assert len(said) == 1
+
+
 def test_entropy_collapse_is_relative_to_the_first_step():
     health, said = monitor("trainer.health.entropy_collapse_ratio=0.5")
     assert health(1, {"actor/entropy": 2.0}) == {"health/entropy_collapse": 0.0}
