@@ -28,7 +28,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-ENGINE = {"attention_backend": "triton", "sampling_backend": "pytorch", "cuda_graph_max_bs_decode": 64}
+# What the trimmed SGLang on the device needs (FA3 kernels are not carried); CUDA-graph batch sizes are left to SGLang,
+# as a user leaves them: a cap below the concurrent responses would run the larger decode batches without graphs.
+ENGINE = {"attention_backend": "triton", "sampling_backend": "pytorch"}
 FORWARD_PHASES = {"old_log_prob": "actor", "ref": "actor", "values": "critic"}
 UPDATE_PHASES = {"update_actor": "actor", "update_critic": "critic"}
 

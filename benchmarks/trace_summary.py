@@ -9,6 +9,13 @@ few lines per call.
 
 `--callers OP` also prints, for a CPU op that costs more than it should, the ops and ranges that enclose it (the
 innermost few, by total time): where in the model, the loss or the optimizer it is called.
+
+`--launchers` prints, for the longest kernels of the whole trace, the host ops that launched them (the innermost few,
+by kernel time): which line of the model a slow elementwise or copy kernel comes from.
+
+`--gaps` prints, per role call, how long the GPU sat idle inside it (before its first kernel, between kernels, after
+its last) and what the host was running in the middle of each idle stretch (the innermost few ops), by total time:
+the host work a faster GPU would still wait for.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+# cuBLASLt launches its GEMMs through the driver API (cuLaunchKernelEx), which the profiler files as `cuda_driver`.
+API = ("cuda_runtime", "cuda_driver")
 SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
 COPIES = ("cudaMemcpyAsync", "cudaMemcpy")
 
@@ -38,7 +47,7 @@ def summarise(events: list[dict], top: int) -> list[dict]:
     starts = [c["ts"] for c in calls]
     # A kernel belongs to the call whose CPU range launched it: the launch's correlation id links the two.
     launch_ts = {e["args"]["correlation"]: e["ts"] for e in events
-                 if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+                 if e.get("cat") in API and "correlation" in e.get("args", {})}
     per_call = [defaultdict(float) for _ in calls]
     kernels = [defaultdict(float) for _ in calls]
     ops = [defaultdict(float) for _ in calls]
@@ -57,13 +66,13 @@ def summarise(events: list[dict], top: int) -> list[dict]:
         if cat == "kernel":
             per_call[i]["kernel_ms"] += e["dur"] / 1e3
             kernels[i][name[:80]] += e["dur"] / 1e3
-        if cat == "cuda_runtime":
+        if cat in API:
             runtime[i][name] += e["dur"] / 1e3
-            per_call[i]["launches"] += name.startswith("cudaLaunchKernel") or name == "cuLaunchKernel"
-        if cat == "cuda_runtime" and name in SYNCS:
+            per_call[i]["launches"] += name.startswith(("cudaLaunchKernel", "cuLaunchKernel"))
+        if cat in API and name in SYNCS:
             per_call[i]["syncs"] += 1
             per_call[i]["sync_ms"] += e["dur"] / 1e3
-        elif cat == "cuda_runtime" and name in COPIES:
+        elif cat in API and name in COPIES:
             per_call[i]["copies"] += 1
         elif cat == "cpu_op" and name.startswith("aten::"):
             ops[i][name] += e["dur"] / 1e3
@@ -99,12 +108,97 @@ def callers(events: list[dict], op: str, top: int) -> list[list]:
     return [[chain, round(ms, 1)] for chain, ms in sorted(totals.items(), key=lambda x: -x[1])[:top]]
 
 
+def _chains_at(thread: list[dict], times: list[float], depth: int = 3) -> list[str]:
+    """For each of `times` (sorted), the innermost `depth` ops or ranges of `thread` (sorted by start) open then."""
+    out, open_ranges, i = [], [], 0
+    for t in times:
+        while i < len(thread) and thread[i]["ts"] <= t:
+            open_ranges.append(thread[i])
+            i += 1
+        open_ranges = [r for r in open_ranges if r["ts"] + r["dur"] >= t]
+        out.append(" < ".join(r["name"][:60] for r in reversed(open_ranges[-depth:])) or "(no op)")
+    return out
+
+
+def _threads(events: list[dict]) -> dict[tuple, list[dict]]:
+    threads = defaultdict(list)
+    for e in events:
+        if e.get("cat") in ("cpu_op", "user_annotation"):
+            threads[(e.get("pid"), e.get("tid"))].append(e)
+    for thread in threads.values():
+        thread.sort(key=lambda e: (e["ts"], -e["dur"]))
+    return threads
+
+
+def launchers(events: list[dict], top: int) -> list[list]:
+    """The `top` kernels by total time, each with its total and the host op chains that launched it, by time."""
+    launches = {e["args"]["correlation"]: e for e in events
+                if e.get("cat") in API and "correlation" in e.get("args", {})}
+    launched = [(k, launches[k["args"]["correlation"]]) for k in events
+                if k.get("cat") == "kernel" and k.get("args", {}).get("correlation") in launches]
+    totals = defaultdict(float)
+    for kernel, _ in launched:
+        totals[kernel["name"][:80]] += kernel["dur"] / 1e3
+    longest = sorted(totals, key=lambda n: -totals[n])[:top]
+    chains = {name: defaultdict(float) for name in longest}
+    by_thread = defaultdict(list)
+    for kernel, launch in launched:
+        if kernel["name"][:80] in chains:
+            by_thread[(launch.get("pid"), launch.get("tid"))].append((launch["ts"], kernel))
+    threads = _threads(events)
+    for key, items in by_thread.items():
+        items.sort(key=lambda item: item[0])
+        for (_, kernel), chain in zip(items, _chains_at(threads[key], [ts for ts, _ in items])):
+            chains[kernel["name"][:80]][chain] += kernel["dur"] / 1e3
+    return [[name, round(totals[name], 1), [[c, round(ms, 1)] for c, ms in sorted(
+        chains[name].items(), key=lambda x: -x[1])[:3]]] for name in longest]
+
+
+def gaps(events: list[dict], top: int, min_ms: float = 0.05) -> list[dict]:
+    """Per role call: GPU idle time before the first kernel it launched, between its kernels and after the last,
+    and the idle stretches longer than `min_ms` charged to the host ops open at their midpoints."""
+    calls = role_calls(events)
+    launches = {e["args"]["correlation"]: e for e in events
+                if e.get("cat") in API and "correlation" in e.get("args", {})}
+    threads = _threads(events)
+    kernels = sorted((e for e in events if e.get("cat") == "kernel" and e.get("args", {}).get("correlation")
+                      in launches), key=lambda e: e["ts"])
+    out = []
+    for call in calls:
+        end = call["ts"] + call["dur"]
+        mine = [k for k in kernels if call["ts"] <= launches[k["args"]["correlation"]]["ts"] <= end]
+        if not mine:
+            continue
+        stretches, busy_until = [], mine[0]["ts"] + mine[0]["dur"]
+        for kernel in mine[1:]:
+            if kernel["ts"] - busy_until > min_ms * 1e3:
+                stretches.append((busy_until, kernel["ts"], launches[kernel["args"]["correlation"]]))
+            busy_until = max(busy_until, kernel["ts"] + kernel["dur"])
+        by_chain = defaultdict(float)
+        by_thread = defaultdict(list)
+        for start, stop, launch in stretches:
+            by_thread[(launch.get("pid"), launch.get("tid"))].append((start, stop))
+        for key, spans in by_thread.items():
+            spans.sort()
+            for (start, stop), chain in zip(spans, _chains_at(threads[key], [(a + b) / 2 for a, b in spans])):
+                by_chain[chain] += (stop - start) / 1e3
+        out.append({"call": call["name"], "wall_ms": round(call["dur"] / 1e3, 1),
+                    "idle_before_ms": round((mine[0]["ts"] - call["ts"]) / 1e3, 1),
+                    "idle_between_ms": round(sum(b - a for a, b, _ in stretches) / 1e3, 1),
+                    "idle_after_ms": round(max(0.0, end - busy_until) / 1e3, 1),
+                    "idle_by_host_op_ms": [[c, round(ms, 1)] for c, ms in sorted(by_chain.items(),
+                                                                                 key=lambda x: -x[1])[:top]]})
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("trace", type=Path)
     parser.add_argument("--top", type=int, default=8)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--callers", action="append", default=[], help="a CPU op whose enclosing ops to print")
+    parser.add_argument("--gaps", action="store_true", help="where the GPU sat idle, and the host ops then")
+    parser.add_argument("--launchers", action="store_true", help="the host ops that launched the longest kernels")
     args = parser.parse_args()
     events = load(args.trace)
     summary = summarise(events, args.top)
@@ -115,8 +209,19 @@ def main() -> int:
         print(f"== {op}: enclosing ops, ms")
         for chain, ms in callers(events, op, args.top):
             print(f"{ms:>9.1f}  {chain}")
+    idle = gaps(events, args.top) if args.gaps else []
+    for call in idle:
+        print(f"== {call['call']}: GPU idle {call['idle_before_ms']} ms before, {call['idle_between_ms']} ms between, "
+              f"{call['idle_after_ms']} ms after its kernels; host ops then, ms")
+        for chain, ms in call["idle_by_host_op_ms"]:
+            print(f"{ms:>9.1f}  {chain}")
+    launched_by = launchers(events, args.top) if args.launchers else []
+    for name, ms, chains in launched_by:
+        print(f"== {name}: {ms} ms, launched by")
+        for chain, chain_ms in chains:
+            print(f"{chain_ms:>9.1f}  {chain}")
     if args.out:
-        args.out.write_text(json.dumps(summary, indent=1))
+        args.out.write_text(json.dumps({"calls": summary, "gaps": idle, "launchers": launched_by}, indent=1))
     return 0
 
 
