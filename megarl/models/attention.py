@@ -90,9 +90,9 @@ class SDPAttention(MegatronModule):
             raise ValueError("SDPAttention is causal-only: pack sequences (PackedSeqParams) instead of masking")
         dropout = self.dropout if self.training else 0.0
         if isinstance(packed_seq_params, LocalPackedSeqParams) and packed_seq_params.rotary_freqs is not None:
-            query, key = rotate_packed(query, packed_seq_params), rotate_packed(key, packed_seq_params)
-        # Rotated in float32 after QKNormFloat32Out: rounded once, here, to the dtype the kernels take.
-        query, key = query.to(value.dtype), key.to(value.dtype)
+            query, key = (rotate_packed(x, packed_seq_params, value.dtype) for x in (query, key))
+        else:  # rotated by megatron, in float32 after QKNormFloat32Out: rounded once, here, to the kernels' dtype
+            query, key = query.to(value.dtype), key.to(value.dtype)
         if packed_seq_params is None:  # [s, b, h, d]
             outs = [
                 _sdpa(query[:, b], key[:, b], value[:, b], causal=True, scale=self.softmax_scale, dropout=dropout)

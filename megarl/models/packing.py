@@ -36,7 +36,7 @@ class LocalPackedSeqParams(PackedSeqParams):
     cu_seqlens_padded_device: torch.Tensor | None = None
     positions_device: torch.Tensor | None = None  # each local token's position in its sample (megarl/models/rotary.py)
     rotary_freqs: torch.Tensor | None = None  # set by a layer that leaves RoPE to the core attention
-    rotary_tables: dict = field(default_factory=dict)  # per dtype, shared by every layer's copy of these parameters
+    rotary_tables: dict = field(default_factory=dict)  # cos and sin, shared by every layer's copy of these parameters
 
 
 @dataclass

@@ -6,9 +6,11 @@ in Python, slices and concatenates the frequencies sequence by sequence, and tak
 Python operations and a dozen kernels. At 0.5B the training passes wait on the host, and this was a quarter of its
 time in them. Here `SelfAttentionRotaryInCore` (swapped in through the layer spec) hands megatron's frequencies to the
 core attention with the packed parameters instead of rotating; the first layer gathers them at each token's position
-(`LocalPackedSeqParams.positions_device`, made while packing), and the cos and sin tables it rounds to the query's
-dtype serve every layer of the micro-batch. The arithmetic is megatron's (tables rounded to the tensor's dtype,
-t·cos + rotate_half(t)·sin), so results are bit-identical.
+(`LocalPackedSeqParams.positions_device`, made while packing), and its float32 cos and sin tables serve every layer
+of the micro-batch. The arithmetic is megatron's (t·cos + rotate_half(t)·sin) in float32, rounded once to the
+attention's dtype, as SGLang's RoPE kernel does: bit-identical to megatron where the query and key reach it in float32
+(QKNormFloat32Out, or a float32 model), and one rounding instead of four where they are bf16. On a GPU it is one
+torch.compile'd kernel.
 
 Only plain RoPE moves (not interleaved, no YaRN scaling of the magnitude, no multi-latent attention); otherwise, and
 for unpacked input, megatron rotates as before.
@@ -44,23 +46,35 @@ class SelfAttentionRotaryInCore(SelfAttention):
                                packed_seq_params=packed_seq_params, **kwargs)
 
 
-def rotate_packed(t: torch.Tensor, params: LocalPackedSeqParams) -> torch.Tensor:
-    """`t` [tokens, heads, head_dim] rotated at each token's position by `params.rotary_freqs` ([max_len, 1, 1, rot])."""
-    cos, sin = _tables(params, t.dtype)
+def rotate_packed(t: torch.Tensor, params: LocalPackedSeqParams, dtype: torch.dtype) -> torch.Tensor:
+    """`t` [tokens, heads, head_dim] rotated at each token's position by `params.rotary_freqs` ([max_len, 1, 1, rot]),
+    in `dtype`."""
+    cos, sin = _tables(params)
+    return (_rotate_fused if t.is_cuda else _rotate)(t, cos, sin, dtype)
+
+
+def _rotate(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """t·cos + rotate_half(t)·sin over the first `rot` channels, in float32, rounded once to `dtype`."""
     rot = cos.shape[-1]
-    head = t[..., :rot]
+    head = t[..., :rot].float()
     first, second = head.chunk(2, dim=-1)
     rotated = head * cos + torch.cat((-second, first), dim=-1) * sin
-    return rotated if rot == t.shape[-1] else torch.cat((rotated, t[..., rot:]), dim=-1)
+    return (rotated if rot == t.shape[-1] else torch.cat((rotated, t[..., rot:].float()), dim=-1)).to(dtype)
 
 
-def _tables(params: LocalPackedSeqParams, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin [tokens, 1, rot] in `dtype`, made by the micro-batch's first layer (the tables are shared by every
+# One kernel per query or key where eagerly the float32 products, the half-rotation's copies and the final rounding
+# each stream the tensor through memory (measured at 0.6B: over half of a forward pass's non-GEMM kernel time).
+# Dynamic: micro-batches of any token count share it.
+_rotate_fused = torch.compile(_rotate, dynamic=True)
+
+
+def _tables(params: LocalPackedSeqParams) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin [tokens, 1, rot] in float32, made by the micro-batch's first layer (the tables are shared by every
     copy of its parameters; a new frequency tensor, from another model, makes them afresh)."""
     freqs = params.rotary_freqs
-    cached = params.rotary_tables.get(dtype)
+    cached = params.rotary_tables.get("cos_sin")
     if cached is None or cached[0] is not freqs:
-        angles = freqs.squeeze(1)[params.positions_device]  # [tokens, 1, rot]
-        cached = (freqs, torch.cos(angles).to(dtype), torch.sin(angles).to(dtype))
-        params.rotary_tables[dtype] = cached
+        angles = freqs.squeeze(1)[params.positions_device].float()  # [tokens, 1, rot]
+        cached = (freqs, torch.cos(angles), torch.sin(angles))
+        params.rotary_tables["cos_sin"] = cached
     return cached[1], cached[2]

@@ -21,16 +21,25 @@ topology.init_model_parallel()
 LENGTHS, HEADS, KV_HEADS, HEAD_DIM = [7, 1, 12, 4], 4, 2, 16
 
 
+def attention_config(dtype: torch.dtype, qk_norm: bool) -> TransformerConfig:
+    return TransformerConfig(num_layers=1, hidden_size=64, num_attention_heads=HEADS, num_query_groups=KV_HEADS,
+                             kv_channels=HEAD_DIM, normalization="RMSNorm", qk_layernorm=qk_norm, params_dtype=dtype,
+                             bf16=dtype == torch.bfloat16, use_cpu_initialization=True, add_bias_linear=False,
+                             add_qkv_bias=True, init_method_std=0.5)
+
+
 def compare(dtype: torch.dtype, qk_norm: bool) -> dict:
-    config = TransformerConfig(num_layers=1, hidden_size=64, num_attention_heads=HEADS, num_query_groups=KV_HEADS,
-                               kv_channels=HEAD_DIM, normalization="RMSNorm", qk_layernorm=qk_norm,
-                               params_dtype=dtype, bf16=dtype == torch.bfloat16, use_cpu_initialization=True,
-                               add_bias_linear=False, add_qkv_bias=True, init_method_std=0.5)
+    config = attention_config(dtype, qk_norm)
     spec = layer_spec(config, use_transformer_engine=False).layer_specs[0].submodules.self_attention
     torch.manual_seed(0)
     ours = build_module(spec, config=config, layer_number=1).eval()
     megatrons = build_module(replace(spec, module=SelfAttention), config=config, layer_number=1).eval()
     megatrons.load_state_dict(ours.state_dict())
+    # the same (rounded) weights and input, rotated without rounding
+    float32 = build_module(replace(spec, module=SelfAttention), config=attention_config(torch.float32, qk_norm),
+                           layer_number=1).eval()
+    float32.load_state_dict({k: v.float() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+                             for k, v in ours.state_dict().items()})
     params = pack_sequences([torch.zeros(n, dtype=torch.long) for n in LENGTHS]).packed_seq_params
     freqs = RotaryEmbedding(HEAD_DIM, rotary_percent=1.0, rotary_base=10000)(max(LENGTHS), packed_seq=True)
     hidden = torch.randn(sum(LENGTHS), 1, 64, dtype=dtype)
@@ -38,7 +47,9 @@ def compare(dtype: torch.dtype, qk_norm: bool) -> dict:
         a, _ = ours(hidden, None, rotary_pos_emb=freqs, packed_seq_params=params)
         rotated_in_core = bool(params.rotary_tables)
         b, _ = megatrons(hidden, None, rotary_pos_emb=freqs, packed_seq_params=params)
+        exact, _ = float32(hidden.float(), None, rotary_pos_emb=freqs, packed_seq_params=params)
     return {"max_abs_diff": (a.float() - b.float()).abs().max().item(), "rotated_in_core": rotated_in_core,
+            "error": (a.float() - exact).norm().item(), "megatron_error": (b.float() - exact).norm().item(),
             "rope_matters": (b.float() - megatrons(hidden, None, packed_seq_params=params)[0].float()).abs().max().item()}
 
 

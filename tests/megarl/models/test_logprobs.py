@@ -53,16 +53,21 @@ def _reference(logits, labels, temperature):
     return logprobs, entropy_from_logits(scaled)
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
-@pytest.mark.parametrize("with_entropy", [True, False])
-def test_chunked_matches_unchunked_and_reference(dtype, with_entropy):
+@pytest.mark.parametrize("dtype,with_entropy,fused", [
+    (torch.float64, True, False), (torch.float64, False, False), (torch.bfloat16, True, False),
+    (torch.bfloat16, False, False),
+    (torch.bfloat16, True, True),  # torch.compile'd chunks (the GPU's path; one case: compiling takes ~30 s here)
+])
+def test_chunked_matches_unchunked_and_reference(dtype, with_entropy, fused):
     torch.manual_seed(2)
     logits = (3 * torch.randn(2, 5, 41, dtype=torch.float64)).to(dtype)
     labels = torch.randint(0, 41, (2, 5))
     weights = torch.randn(2, 2, 5, dtype=torch.float64)
     results = []
-    for compute in (lambda x: vocab_parallel_logprobs_and_entropy(x, labels, 0.6, with_entropy, chunk_tokens=3),
-                    lambda x: vocab_parallel_logprobs_and_entropy(x, labels, 0.6, with_entropy, chunk_tokens=10),
+    for compute in (lambda x: vocab_parallel_logprobs_and_entropy(x, labels, 0.6, with_entropy, chunk_tokens=3,
+                                                                  fused=fused),
+                    lambda x: vocab_parallel_logprobs_and_entropy(x, labels, 0.6, with_entropy, chunk_tokens=10,
+                                                                  fused=fused),
                     lambda x: _reference(x, labels, 0.6)):
         x = logits.detach().clone().requires_grad_(True)
         outputs = [o.double() for o in compute(x)[: 2 if with_entropy else 1]]

@@ -1,5 +1,6 @@
 """megarl.models.rotary: the local spec's self-attention leaves RoPE over packed sequences to its core attention, with
-the same results as megatron's own RoPE, bit for bit."""
+the same results as megatron's own RoPE, bit for bit, where the query and key are float32; in bf16, where megatron
+rounds after each operation and megarl once, closer to the float32 result than megatron's."""
 
 from pathlib import Path
 
@@ -14,4 +15,7 @@ def test_rotary_in_core_attention_is_megatrons_rope():
     for case, r in result.items():
         assert r["rotated_in_core"], case  # the tables were made: the core attention rotated
         assert r["rope_matters"] > 1e-2, case  # the comparison would see a missing rotation
-        assert r["max_abs_diff"] == 0.0, (case, r)
+        if case == "torch.bfloat16-plain":
+            assert r["error"] <= r["megatron_error"] and r["max_abs_diff"] <= 0.05 * r["rope_matters"], (case, r)
+        else:
+            assert r["max_abs_diff"] == 0.0, (case, r)

@@ -1,0 +1,55 @@
+"""GPU: the torch.compile'd kernels (the GPU's default) equal the eager ops they fuse, forward and backward, in bf16:
+the log-prob/entropy chunks (megarl/models/logprobs.py) at Qwen3's vocabulary, with either output's gradient alone or
+both; the packed RoPE (megarl/models/rotary.py) and the query/key norm (megarl/models/qk_norm.py) at Qwen3's heads."""
+
+import pytest
+import torch
+
+from megarl.models import qk_norm, rotary
+from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the device machines)")
+
+
+def assert_close(eager: torch.Tensor, fused: torch.Tensor, tolerance: float) -> None:
+    """Within `tolerance` of the eager result's largest magnitude (bf16: about one step, 2^-8, of it)."""
+    error, scale = (eager.float() - fused.float()).abs().max().item(), eager.float().abs().max().item()
+    assert error <= tolerance * max(scale, 1.0), (error, scale)
+
+
+@pytest.mark.parametrize("terms", ["logprobs", "entropy", "both"])
+def test_compiled_logprob_chunks_equal_the_eager_ones(terms):
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    tokens, vocab = 1500, 151936
+    logits = 4 * torch.randn(1, tokens, vocab, device="cuda", dtype=torch.bfloat16, generator=generator)
+    labels = torch.randint(0, vocab, (1, tokens), device="cuda", generator=generator)
+    weights = torch.randn(2, tokens, device="cuda", generator=generator)
+    results = []
+    for fused in (False, True):
+        x = logits.clone().requires_grad_(True)
+        logprobs, entropy = vocab_parallel_logprobs_and_entropy(x, labels, 0.7, with_entropy=True, fused=fused)
+        loss = {"logprobs": (logprobs * weights[0]).sum(), "entropy": (entropy * weights[1]).sum(),
+                "both": (logprobs * weights[0]).sum() + (entropy * weights[1]).sum()}[terms]
+        loss.backward()
+        results.append((logprobs.detach(), entropy.detach(), x.grad))
+    for eager, fused, tolerance in zip(*results, (1e-5, 1e-5, 1e-2)):
+        assert_close(eager, fused, tolerance)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_compiled_rotation_and_query_key_norm_equal_the_eager_ones(dtype):
+    generator = torch.Generator(device="cuda").manual_seed(1)
+    tokens, heads, dim = 3000, 16, 128
+    x = torch.randn(tokens, heads, dim, device="cuda", generator=generator).to(dtype)
+    weight = (1 + 0.1 * torch.randn(dim, device="cuda", generator=generator)).to(dtype)
+    angles = 50 * torch.rand(tokens, 1, dim, device="cuda", generator=generator)
+    grad = torch.randn(tokens, heads, dim, device="cuda", generator=generator)
+    results = []
+    for norm, rotate in ((qk_norm._norm, rotary._rotate), (qk_norm._norm_fused, rotary._rotate_fused)):
+        inputs = [x.clone().requires_grad_(True), weight.clone().requires_grad_(True)]
+        normed = norm(*inputs, 1e-6)
+        out = rotate(normed, angles.cos(), angles.sin(), torch.bfloat16)
+        (out.float() * grad).sum().backward()
+        results.append((normed.detach(), out.detach(), inputs[0].grad, inputs[1].grad))
+    for eager, fused in zip(*results):
+        assert_close(eager, fused, 1e-2)
