@@ -136,19 +136,18 @@ def _work(inputs: PlanInputs, phase: str) -> Parts:
 
 
 def _vocabulary(inputs: PlanInputs, logits: int, weight_grad: int | None) -> Parts:
-    """The [tokens × vocab/tp] tensors of a log-prob pass, `logits` bytes each in bf16. megatron's Float16Module hands
-    the last stage's output on upcast to fp32 (`fp32_output` defaults to true), so the output layer's bf16 logits and
-    their fp32 copy exist together, and the log-prob function keeps the fp32 copy. An update adds the fp32 gradient
-    its backward fills beside the saved copy; the bf16 block, freed during the forward, stays in torch's cache, which
-    cannot hand it to the fp32 tensors (twice its size). (GPTModel's transpose to [batch, tokens, vocab] copies
-    nothing: a packed micro-batch is one row.)
+    """The [tokens × vocab/tp] tensors of a log-prob pass, `logits` bytes each in bf16: the output layer's logits,
+    which stay in bf16 (megarl/models/forward.py asks megatron's Float16Module for no float32 copy) and which the
+    log-prob function keeps for the backward; in an update, their bf16 gradient beside them. (GPTModel's transpose to
+    [batch, tokens, vocab] copies nothing: a packed micro-batch is one row.)
     `weight_grad` (an update's): the output layer's and the embedding's weight gradient, which megatron without
-    Transformer Engine's fused accumulation computes in bf16 before adding it to the fp32 buffer, one at a time.
-    It takes a block the fp32 logits freed when it fits in one (torch's cache does not join separate blocks), and a
-    block of its own when it does not: with fewer tokens per micro-batch than half the hidden size."""
-    parts: Parts = (("logits", logits), ("logits (fp32)", 2 * logits))
+    Transformer Engine's fused accumulation computes in bf16 before adding it to the fp32 buffer, one at a time, once
+    the log-prob function's backward has freed the logits. It takes their block when it fits in one (torch's cache does
+    not join separate blocks), and a block of its own when it does not: with fewer tokens per micro-batch than the
+    hidden size."""
+    parts: Parts = (("logits", logits),)
     if weight_grad is not None:
-        parts += (("logit grads (fp32)", 2 * logits),)
-        if weight_grad > 2 * logits:
+        parts += (("logit gradient", logits),)
+        if weight_grad > logits:
             parts += (("vocabulary weight grad", weight_grad),)
     return parts + (("log-prob chunks", gib(inputs.calibration.logprob_chunks_gib)),)

@@ -1,8 +1,12 @@
-"""megarl.models.forward: torch's cached blocks go back before a pass they were not shaped for, and only then."""
+"""megarl.models.forward: torch's cached blocks go back before a pass they were not shaped for, and only then; a bf16
+model's output reaches its consumer in bf16."""
+
+from pathlib import Path
 
 import torch
 
 from megarl.models import forward
+from tests.helpers import worker_result
 
 
 def test_the_cache_is_emptied_only_before_a_pass_it_does_not_fit(monkeypatch):
@@ -19,3 +23,9 @@ def test_the_cache_is_emptied_only_before_a_pass_it_does_not_fit(monkeypatch):
         before = len(emptied)
         forward._release_cached_blocks(kind, tokens)
         assert len(emptied) - before == empties, (kind, tokens)
+
+
+def test_a_bf16_models_logits_reach_the_log_prob_function_in_bf16():
+    result = worker_result(Path(__file__).with_name("output_dtype_worker.py"))
+    assert result["dtypes"] == ["torch.bfloat16"] * 2  # Float16Module would have made them float32
+    assert result["difference"] == 0.0
