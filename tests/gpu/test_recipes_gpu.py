@@ -40,7 +40,7 @@ def one_gpu_grpo_command(tmp_path, out, *overrides: str) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", "-m", "megarl.train",
             "--recipe", str(REPO_ROOT / "recipes/qwen3_0_6b_grpo_gsm8k.yaml"), f"model.path={model}",
             f"data.train_files=[{data['train']}]", "data.val_files=[]", "data.train_batch_size=16",
-            "actor.ppo_mini_batch_size=16", "actor.ppo_micro_batch_size_per_gpu=8",
+            "actor.ppo_mini_batch_size=16", "actor.ppo_micro_batch_size_per_gpu=8", "actor.use_dynamic_bsz=false",
             "actor.megatron.tensor_model_parallel_size=1", "rollout.tensor_model_parallel_size=1",
             "trainer.n_gpus_per_node=1", "trainer.val_before_train=false", f"trainer.output_dir={out}", *SGLANG,
             *overrides]
