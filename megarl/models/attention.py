@@ -113,11 +113,11 @@ class SDPAttention(MegatronModule):
     def _varlen(self, query, key, value, cu_seqlens, longest: int):
         """Every packed sequence in one FlashAttention call: [t, h, d] → [t, h·d]."""
         kwargs = {"window_size": (-1, 0)} if "window_size" in _VARLEN_ARGS else {"is_causal": True}
-        if query.shape[1] != key.shape[1]:
-            if "enable_gqa" in _VARLEN_ARGS:
-                kwargs["enable_gqa"] = True
-            else:
-                key, value = (x.repeat_interleave(query.shape[1] // x.shape[1], dim=1) for x in (key, value))
+        # FlashAttention takes fewer key/value heads than query heads as they are; torch's wrapper has no flag for it
+        # before `enable_gqa` and passes them through. (Repeating them, as the per-sequence loop must, copied K and V
+        # to every query head in every layer, forward and backward.)
+        if query.shape[1] != key.shape[1] and "enable_gqa" in _VARLEN_ARGS:
+            kwargs["enable_gqa"] = True
         cu = cu_seqlens.to(device=query.device, dtype=torch.int32)
         out = varlen_attn(query, key, value, cu, cu, longest, longest, scale=self.softmax_scale, **kwargs)
         return out.reshape(out.shape[0], -1)
