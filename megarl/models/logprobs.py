@@ -99,7 +99,8 @@ class _LogProbEntropy(torch.autograd.Function):
 
 
 def _chunk_sums(chunk, chunk_max, temperature: float, with_entropy: bool):
-    """Per token of one chunk, over this rank's vocab shard: Σ e^z and (with entropy) Σ e^z·z, z = logits/T − max."""
+    """Per token of one chunk, over this rank's vocab shard: Σ e^z and (with entropy) Σ e^z·z,
+    z = logits/T − max."""
     z = _shifted(chunk, chunk_max, temperature)
     e = z.exp()
     return e.sum(dim=-1), (e.mul_(z).sum(dim=-1) if with_entropy else None)
@@ -112,7 +113,7 @@ def _chunk_grad(chunk, temperature: float, chunk_max, log_sum_exp, local_index, 
 
 
 # Compiled, each chunk's arithmetic is one kernel that reads the logits once, where eagerly every elementwise op
-# streams an fp32 [tokens × V/tp] temporary through memory (measured at 0.6B, vocab 151936: about a fifth of a
+# streams an fp32 [tokens × V/tp] temporary through memory (measured at 0.6B, vocab 151936: a quarter of a
 # forward pass's kernel time). Compiled lazily, on first use; dynamic, so chunks of any length share one kernel.
 _FUSED = (torch.compile(_chunk_sums, dynamic=True), torch.compile(_chunk_grad, dynamic=True))
 
