@@ -2,7 +2,7 @@
 
 The checkpoint holds the adapters only; its base is the HF checkpoint named in role.json (`base_model`). Both are
 loaded at one rank (adapters are small, and the merge W + alpha/r · B A is per tensor), and every tensor goes through
-the conversion the rollout engine's weights take (`megarl.models.to_hf.megatron_to_hf`), so the merged export is
+the conversion the rollout engine's weights take (`megarl.models.to_hf.hf_converter`), so the merged export is
 what the engine served. The PEFT directory (`adapter_config.json`, `adapter_model.safetensors`) names HF's
 projections: megatron's fused qkv and gate/up adapters share one A, so q, k and v (gate and up) each get that A
 and their rows of B, which is the same update.
@@ -20,7 +20,7 @@ from megarl.config.schema import LoRAConfig, MegatronConfig
 from megarl.models.bridge import load_hf_config
 from megarl.models.checkpoint import CheckpointError, checkpoint_lora, load_model_checkpoint
 from megarl.models.roles import build_frozen
-from megarl.models.to_hf import AttentionShape, megatron_to_hf
+from megarl.models.to_hf import hf_converter
 
 PEFT_PREFIX = "base_model.model."
 
@@ -38,21 +38,21 @@ def export_lora_checkpoint(checkpoint: str | Path, out: str | Path, adapter_out:
                               "directory here: pass --base-model DIR (the model the run was trained from)")
     model = build_frozen(base, MegatronConfig(), bf16=torch.cuda.is_available(), lora=LoRAConfig(**settings))
     load_model_checkpoint(model, checkpoint)
-    hf_config = load_hf_config(base)
-    attention, tied = AttentionShape.of(hf_config), bool(getattr(hf_config, "tie_word_embeddings", False))
+    convert = hf_converter(load_hf_config(base))
     merged = ((hf_name, tensor) for name, weight in model.named_parameters()
-              for hf_name, tensor, _ in megatron_to_hf(name, weight, attention, tied))
+              for hf_name, tensor, _ in convert(name, weight))
     replace_hf_checkpoint(merged, out, Path(checkpoint) / "hf")
-    write_peft_adapter(model, adapter_out, settings, base, attention)
+    write_peft_adapter(model, adapter_out, settings, base, convert)
 
 
-def write_peft_adapter(model, out: str | Path, settings: dict, base: Path, attention: AttentionShape) -> None:
+def write_peft_adapter(model, out: str | Path, settings: dict, base: Path, convert) -> None:
+    """`convert`: megarl.models.to_hf.hf_converter's function, which splits B's rows as the weight's."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tensors, modules = {}, set()
     for name, layer in model.named_adapters():
         lora_a = layer.lora_A.detach().to("cpu").contiguous()
-        for hf_name, lora_b, _ in megatron_to_hf(f"{name}.weight", layer.lora_B.detach().to("cpu"), attention):
+        for hf_name, lora_b, _ in convert(f"{name}.weight", layer.lora_B.detach().to("cpu")):
             module = hf_name.removesuffix(".weight")
             tensors[f"{PEFT_PREFIX}{module}.lora_A.weight"] = lora_a.clone()  # safetensors stores no shared tensors
             tensors[f"{PEFT_PREFIX}{module}.lora_B.weight"] = lora_b.contiguous()
