@@ -46,8 +46,7 @@ def summarise(events: list[dict], top: int) -> list[dict]:
     calls = role_calls(events)
     starts = [c["ts"] for c in calls]
     # A kernel belongs to the call whose CPU range launched it: the launch's correlation id links the two.
-    launch_ts = {e["args"]["correlation"]: e["ts"] for e in events
-                 if e.get("cat") in API and "correlation" in e.get("args", {})}
+    launch_ts = {correlation: e["ts"] for correlation, e in _launches(events).items()}
     per_call = [defaultdict(float) for _ in calls]
     kernels = [defaultdict(float) for _ in calls]
     ops = [defaultdict(float) for _ in calls]
@@ -90,13 +89,8 @@ def summarise(events: list[dict], top: int) -> list[dict]:
 
 def callers(events: list[dict], op: str, top: int) -> list[list]:
     """The chains of the 3 innermost CPU ops or ranges enclosing each `op` event on its thread, by total time."""
-    by_thread = defaultdict(list)
-    for e in events:
-        if e.get("cat") in ("cpu_op", "user_annotation", "python_function"):
-            by_thread[(e.get("pid"), e.get("tid"))].append(e)
     totals = defaultdict(float)
-    for thread in by_thread.values():
-        thread.sort(key=lambda e: (e["ts"], -e["dur"]))
+    for thread in _threads(events, ("cpu_op", "user_annotation", "python_function")).values():
         open_ranges: list[dict] = []
         for e in thread:
             while open_ranges and open_ranges[-1]["ts"] + open_ranges[-1]["dur"] < e["ts"] + e["dur"]:
@@ -120,10 +114,16 @@ def _chains_at(thread: list[dict], times: list[float], depth: int = 3) -> list[s
     return out
 
 
-def _threads(events: list[dict]) -> dict[tuple, list[dict]]:
+def _launches(events: list[dict]) -> dict[int, dict]:
+    """Each kernel launch (a runtime or driver API call) by its correlation id, which its kernel carries too."""
+    return {e["args"]["correlation"]: e for e in events if e.get("cat") in API and "correlation" in e.get("args", {})}
+
+
+def _threads(events: list[dict], cats=("cpu_op", "user_annotation")) -> dict[tuple, list[dict]]:
+    """Each host thread's events of the categories `cats`, by start (an enclosing range before what it encloses)."""
     threads = defaultdict(list)
     for e in events:
-        if e.get("cat") in ("cpu_op", "user_annotation"):
+        if e.get("cat") in cats:
             threads[(e.get("pid"), e.get("tid"))].append(e)
     for thread in threads.values():
         thread.sort(key=lambda e: (e["ts"], -e["dur"]))
@@ -132,8 +132,7 @@ def _threads(events: list[dict]) -> dict[tuple, list[dict]]:
 
 def launchers(events: list[dict], top: int) -> list[list]:
     """The `top` kernels by total time, each with its total and the host op chains that launched it, by time."""
-    launches = {e["args"]["correlation"]: e for e in events
-                if e.get("cat") in API and "correlation" in e.get("args", {})}
+    launches = _launches(events)
     launched = [(k, launches[k["args"]["correlation"]]) for k in events
                 if k.get("cat") == "kernel" and k.get("args", {}).get("correlation") in launches]
     totals = defaultdict(float)
@@ -158,8 +157,7 @@ def gaps(events: list[dict], top: int, min_ms: float = 0.05) -> list[dict]:
     """Per role call: GPU idle time before the first kernel it launched, between its kernels and after the last,
     and the idle stretches longer than `min_ms` charged to the host ops open at their midpoints."""
     calls = role_calls(events)
-    launches = {e["args"]["correlation"]: e for e in events
-                if e.get("cat") in API and "correlation" in e.get("args", {})}
+    launches = _launches(events)
     threads = _threads(events)
     kernels = sorted((e for e in events if e.get("cat") == "kernel" and e.get("args", {}).get("correlation")
                       in launches), key=lambda e: e["ts"])
