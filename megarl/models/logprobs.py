@@ -20,6 +20,8 @@ import torch
 import torch.distributed as dist
 from megatron.core import parallel_state
 
+from megarl.models.accelerators import CompiledOnGPU
+
 # Budget for one fp32 [tokens × V/tp] chunk temporary; a few of them are alive at once.
 CHUNK_BYTES = 256 * 2**20
 
@@ -61,7 +63,7 @@ class _LogProbEntropy(torch.autograd.Function):
         sums = torch.empty(3 if with_entropy else 2, flat.shape[0], dtype=torch.float32, device=logits.device)
         target = _shifted(flat.gather(-1, local_index.unsqueeze(-1)), logits_max, temperature).squeeze(-1)
         torch.mul(target, in_shard, out=sums[1])
-        chunk_sums, _ = _chunk_kernels(fused)
+        chunk_sums = _CHUNK_SUMS.compiled if fused else _CHUNK_SUMS.eager
         for begin, end in _chunks(flat.shape[0], chunk_tokens):
             sum_e, sum_ez = chunk_sums(flat[begin:end], logits_max[begin:end], temperature, with_entropy)
             sums[0, begin:end] = sum_e
@@ -89,7 +91,7 @@ class _LogProbEntropy(torch.autograd.Function):
         # d/dlogits = (d/dz)/T: folding 1/T into the per-token factors saves an elementwise op per chunk.
         g_lp, g_h = (g.reshape(-1).float() / ctx.temperature if g is not None else None
                      for g in (grad_logprobs, grad_entropy))
-        _, chunk_grad = _chunk_kernels(ctx.fused)
+        chunk_grad = _CHUNK_GRAD.compiled if ctx.fused else _CHUNK_GRAD.eager
         for begin, end in _chunks(flat.shape[0], ctx.chunk_tokens):
             rows = slice(begin, end)
             grad[rows] = chunk_grad(flat[rows], ctx.temperature, *(
@@ -114,12 +116,8 @@ def _chunk_grad(chunk, temperature: float, chunk_max, log_sum_exp, local_index, 
 
 # Compiled, each chunk's arithmetic is one kernel that reads the logits once, where eagerly every elementwise op
 # streams an fp32 [tokens × V/tp] temporary through memory (measured at 0.6B, vocab 151936: a quarter of a
-# forward pass's kernel time). Compiled lazily, on first use; dynamic, so chunks of any length share one kernel.
-_FUSED = (torch.compile(_chunk_sums, dynamic=True), torch.compile(_chunk_grad, dynamic=True))
-
-
-def _chunk_kernels(fused: bool):
-    return _FUSED if fused else (_chunk_sums, _chunk_grad)
+# forward pass's kernel time).
+_CHUNK_SUMS, _CHUNK_GRAD = CompiledOnGPU(_chunk_sums), CompiledOnGPU(_chunk_grad)
 
 
 def _grad_z(log_p, local_index, in_shard, entropy, g_lp, g_h) -> torch.Tensor:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from megarl.models.accelerators import CompiledOnGPU
+
 
 class QKNormFloat32Out(torch.nn.RMSNorm):
     """Drop-in for the local spec's `q_layernorm` / `k_layernorm` (megatron's `WrappedTorchNorm` arguments)."""
@@ -25,13 +27,13 @@ class QKNormFloat32Out(torch.nn.RMSNorm):
         super().__init__(hidden_size, eps=eps)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return (_norm_fused if x.is_cuda else _norm)(x, self.weight, self.eps)
+        return _norm(x, self.weight, self.eps)
 
 
-def _norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+def _rms_norm_float32(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, eps).float()
 
 
-# One kernel where eagerly torch's RMSNorm (slow on rows of one head, 128 values) and the float32 copy are two (in a
-# 0.6B forward pass: the norms' kernels 161 -> 51 ms).
-_norm_fused = torch.compile(_norm, dynamic=True)
+# On a GPU one kernel where eagerly torch's RMSNorm (slow on rows of one head, 128 values) and the float32 copy are
+# two (in a 0.6B forward pass: the norms' kernels 161 -> 51 ms).
+_norm = CompiledOnGPU(_rms_norm_float32)

@@ -23,6 +23,7 @@ from dataclasses import replace
 import torch
 from megatron.core.transformer.attention import SelfAttention
 
+from megarl.models.accelerators import CompiledOnGPU
 from megarl.models.packing import LocalPackedSeqParams
 
 
@@ -50,10 +51,10 @@ def rotate_packed(t: torch.Tensor, params: LocalPackedSeqParams, dtype: torch.dt
     """`t` [tokens, heads, head_dim] rotated at each token's position by `params.rotary_freqs` ([max_len, 1, 1, rot]),
     in `dtype`."""
     cos, sin = _tables(params)
-    return (_rotate_fused if t.is_cuda else _rotate)(t, cos, sin, dtype)
+    return _rotate(t, cos, sin, dtype)
 
 
-def _rotate(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def _rotate_float32(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """t·cos + rotate_half(t)·sin over the first `rot` channels, in float32, rounded once to `dtype`."""
     rot = cos.shape[-1]
     head = t[..., :rot].float()
@@ -62,10 +63,10 @@ def _rotate(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, dtype: torch.
     return (rotated if rot == t.shape[-1] else torch.cat((rotated, t[..., rot:].float()), dim=-1)).to(dtype)
 
 
-# One kernel per query or key where eagerly the float32 products, the half-rotation's copies and the final rounding
-# each stream the tensor through memory (in a 0.6B forward pass's profile, about a third of the non-GEMM kernel time).
-# Dynamic: micro-batches of any token count share it.
-_rotate_fused = torch.compile(_rotate, dynamic=True)
+# On a GPU one kernel per query or key where eagerly the float32 products, the half-rotation's copies and the final
+# rounding each stream the tensor through memory (in a 0.6B forward pass's profile, about a third of the non-GEMM
+# kernel time).
+_rotate = CompiledOnGPU(_rotate_float32)
 
 
 def _tables(params: LocalPackedSeqParams) -> tuple[torch.Tensor, torch.Tensor]:

@@ -45,7 +45,8 @@ def test_compiled_rotation_and_query_key_norm_equal_the_eager_ones(dtype):
     angles = 50 * torch.rand(tokens, 1, dim, device="cuda", generator=generator)
     grad = torch.randn(tokens, heads, dim, device="cuda", generator=generator)
     results = []
-    for norm, rotate in ((qk_norm._norm, rotary._rotate), (qk_norm._norm_fused, rotary._rotate_fused)):
+    for version in ("eager", "compiled"):
+        norm, rotate = getattr(qk_norm._norm, version), getattr(rotary._rotate, version)
         inputs = [x.clone().requires_grad_(True), weight.clone().requires_grad_(True)]
         normed = norm(*inputs, 1e-6)
         out = rotate(normed, angles.cos(), angles.sin(), torch.bfloat16)
