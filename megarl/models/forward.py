@@ -46,9 +46,8 @@ def _model_dtype_output(chunk) -> dict:
     """megatron's Float16Module (a bf16 model's wrapper) upcasts the last stage's output to float32 by default: for
     the logits a [tokens × V/tp] float32 copy, which the log-prob function then saved for the backward, whose gradient
     came back in float32 too (9.3 GiB at 16,384 tokens of Qwen2.5's vocabulary; about a tenth of a 0.6B forward
-    pass's kernel time). Every consumer of the
-    output computes in float32 itself (the log-prob function chunk by chunk; values and scores are cast where used),
-    so the output stays in the model's dtype."""
+    pass's kernel time). Every consumer of the output computes in float32 itself (the log-prob function chunk by
+    chunk; values and scores are cast where used), so the output stays in the model's dtype."""
     module = chunk
     while not isinstance(module, Float16Module) and isinstance(getattr(module, "module", None), torch.nn.Module):
         module = module.module
