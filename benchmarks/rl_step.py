@@ -1,7 +1,8 @@
 """A recipe's real RL step on random weights of a named shape (responses run to full length), phase by phase against
-its FLOP floor at the GPU's dense bf16 peak, and generation against standalone SGLang on the same prompts in the same
-run. Appends one row (`what: rl-step`) to --out. With --profile-step k, step k also writes its traces
-(trainer.profile_steps) and is left out of the medians.
+its FLOP floor at the GPU's dense bf16 peak; in the same run, its generation against standalone SGLang and its step
+against a plain HF-transformers loop (benchmarks/hf_rl_loop.py) on the same prompts. Appends one row
+(`what: rl-step`) to --out. With --profile-step k, step k also writes its traces (trainer.profile_steps) and is left
+out of the medians.
 
     python benchmarks/rl_step.py --recipe recipes/qwen2_5_0_5b_ppo_gsm8k.yaml --shape qwen2.5-0.5b --steps 4 \\
         --data data/gsm8k --out $OUT/rl_step.json [--profile-step 3] [--set key=value ...]
@@ -11,8 +12,9 @@ off). Each phase's floor counts the dense matmul and causal-attention FLOPs of i
 (forward 2·N per token, an update 6·N, 4·N for a LoRA actor; megarl/trainer/perf.py), at the peak of every GPU of the
 run; `mfu` = floor / measured. Medians are over the steps after the first (which compiles and warms up); --steps must
 leave at least one.
-Standalone SGLang generates for as many prompts of the same data, n samples each, to the same length, with the
-recipe's engine settings and memory share, after the run has ended.
+After the run has ended, on as many prompts of the same data, n samples each, to the same length: standalone SGLang
+with the recipe's engine settings and memory share, and the HF-transformers loop with the actor's per-GPU token budget
+(`vs_hf_transformers` = the step's tokens/s/GPU over the loop's). --no-baselines skips both.
 """
 
 from __future__ import annotations
@@ -100,16 +102,22 @@ def phase_floors(cfg, hf_config, steps: list[dict], peak: float) -> dict[str, di
     return out
 
 
-def standalone_sglang(cfg, model: Path, train: Path, prompts: int) -> dict:
-    """SGLang alone on one engine over the run's GPUs: the first `prompts` training prompts, rollout.n samples each,
-    to data.max_response_length tokens, timed after a warm-up round."""
-    import sglang
+def prompt_ids(cfg, model: Path, train: Path, prompts: int) -> list[list[int]]:
+    """The first `prompts` training prompts as the trainer reads them."""
     from transformers import AutoTokenizer
 
     from megarl.data.dataset import RLDataset
 
     dataset = RLDataset.from_config([str(train)], AutoTokenizer.from_pretrained(model), cfg.data)
-    requests = [list(dataset[i]["prompt_ids"]) for i in range(prompts) for _ in range(cfg.rollout.n)]
+    return [list(dataset[i]["prompt_ids"]) for i in range(prompts)]
+
+
+def standalone_sglang(cfg, model: Path, prompts: list[list[int]]) -> dict:
+    """SGLang alone on one engine over the run's GPUs: rollout.n samples of each prompt to data.max_response_length
+    tokens, timed after a warm-up round."""
+    import sglang
+
+    requests = [p for p in prompts for _ in range(cfg.rollout.n)]
     engine = sglang.Engine(model_path=str(model), tp_size=cfg.rollout.tensor_model_parallel_size,
                            mem_fraction_static=cfg.rollout.gpu_memory_utilization, skip_tokenizer_init=True,
                            dtype="bfloat16", log_level="error", **ENGINE)
@@ -123,6 +131,28 @@ def standalone_sglang(cfg, model: Path, train: Path, prompts: int) -> dict:
         engine.shutdown()
     generated = sum(o["meta_info"]["completion_tokens"] for o in outputs)
     return {"gen_s": seconds, "gen_tokens": generated, "gen_tokens_per_s": generated / seconds}
+
+
+def hf_transformers(cfg, model: Path, prompts: list[list[int]]) -> dict:
+    from hf_rl_loop import hf_rl_step
+
+    actor = cfg.actor
+    budget = actor.ppo_max_token_len_per_gpu if actor.use_dynamic_bsz else (
+        actor.ppo_micro_batch_size_per_gpu * (cfg.data.max_prompt_length + cfg.data.max_response_length))
+    return hf_rl_step(model, prompts, cfg.rollout.n, cfg.data.max_response_length, cfg.rollout.temperature, budget)
+
+
+def baselines(cfg, model: Path, train: Path, row: dict) -> None:
+    """Standalone SGLang (on a GPU) and the HF-transformers loop, into `row` with the run's ratios to them."""
+    import torch
+
+    prompts = prompt_ids(cfg, model, train, cfg.data.train_batch_size)
+    row["baseline"] = {}
+    if torch.cuda.is_available():
+        sglang_row = row["baseline"]["standalone_sglang"] = standalone_sglang(cfg, model, prompts)
+        row["gen_vs_standalone"] = row["gen_tokens_per_s"] / sglang_row["gen_tokens_per_s"]
+    hf_row = row["baseline"]["hf_transformers"] = hf_transformers(cfg, model, prompts)
+    row["vs_hf_transformers"] = row["tokens_per_s_per_gpu"] / hf_row["tokens_per_s_per_gpu"]
 
 
 def summary(cfg, hf_config, metrics: list[dict], peak: float | None) -> dict:
@@ -145,7 +175,7 @@ def main() -> int:
     parser.add_argument("--shape", required=True, help="a megarl.models.shapes.SHAPES name (random weights)")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--profile-step", type=int, default=None, help="write that step's traces (trainer.profile_steps)")
-    parser.add_argument("--no-standalone", action="store_true", help="skip the standalone SGLang baseline")
+    parser.add_argument("--no-baselines", action="store_true", help="skip standalone SGLang and the HF loop")
     parser.add_argument("--set", nargs="*", default=[], help="more recipe overrides")
     parser.add_argument("--work", type=Path, default=Path("/tmp/rl_step"))
     parser.add_argument("--data", type=Path, default=REPO.parent / "shared/data/gsm8k")
@@ -171,9 +201,8 @@ def main() -> int:
            "dtype": "bf16" if cuda else "fp32", "gpus_used": cfg.world_size, "backend": cfg.rollout.name,
            "batch": cfg.data.train_batch_size, "n": cfg.rollout.n, "response_len": cfg.data.max_response_length,
            **summary(cfg, load_hf_config(model), metrics, peak_flops(torch.cuda.get_device_name()) if cuda else None)}
-    if cuda and not args.no_standalone:
-        row["baseline"] = {"standalone_sglang": standalone_sglang(cfg, model, train, cfg.data.train_batch_size)}
-        row["gen_vs_standalone"] = row["gen_tokens_per_s"] / row["baseline"]["standalone_sglang"]["gen_tokens_per_s"]
+    if not args.no_baselines:
+        baselines(cfg, model, train, row)
     return append_row(args.out, row, 0, "")
 
 

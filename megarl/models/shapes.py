@@ -30,6 +30,11 @@ SHAPES = {
         num_attention_heads=16, num_key_value_heads=8, head_dim=128, vocab_size=151936,
         max_position_embeddings=40960, rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
     ),
+    "qwen3-4b": dict(
+        model_type="qwen3", hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
+        num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+        max_position_embeddings=40960, rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+    ),
     "qwen3-8b": dict(
         model_type="qwen3", hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
         num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=151936,
