@@ -8,10 +8,16 @@ Why chunked: with a large vocabulary the [tokens × vocab] temporaries dominate 
 tokens × 151936 vocab in fp32 is 7.5 GB each), so this function never materialises one. The forward walks
 over token chunks and keeps only per-token scalars (max, log Σexp, entropy); the backward recomputes the
 softmax chunk by chunk from the saved input logits, using the analytic gradients d log p(y)/dz =
-onehot(y) − p and dH/dz = −p·(log p + H). Every fp32 temporary is bounded by `CHUNK_BYTES`, whatever the
-token count. Not bounded, because they are not this function's: the model's own logits [T, V/tp] in the
-input dtype (kept alive by the caller anyway, and saved here instead of a softmax) and their gradient,
-which backward allocates once in the input dtype and fills chunk by chunk.
+onehot(y) − p and dH/dz = −p·(log p + H). Op by op (on CPU), every fp32 temporary is bounded by `CHUNK_BYTES`,
+whatever the token count. Not bounded, because they are not this function's: the model's own logits [T, V/tp] in
+the input dtype (kept alive by the caller anyway, and saved here instead of a softmax) and their gradient, which
+backward allocates once in the input dtype and fills chunk by chunk.
+
+Fused (torch.compile'd, a GPU's default), each pass is one kernel over all the tokens that keeps its fp32 values in
+registers: the forward's sums are reductions, and the backward's gradient is elementwise (the one-hot term compares
+column indices with the label instead of scattering into an fp32 buffer), written in the input dtype as the gradient
+itself. With no temporary to bound, it takes no chunks: small chunks cost the host a compiled call each, and the
+0.5B passes wait on the host.
 """
 
 from __future__ import annotations
@@ -87,16 +93,20 @@ class _LogProbEntropy(torch.autograd.Function):
         if grad_logprobs is None and grad_entropy is None:
             return (None,) * 7
         flat = logits.reshape(-1, logits.shape[-1])
-        grad = torch.empty_like(flat)
         # d/dlogits = (d/dz)/T: folding 1/T into the per-token factors saves an elementwise op per chunk.
         g_lp, g_h = (g.reshape(-1).float() / ctx.temperature if g is not None else None
                      for g in (grad_logprobs, grad_entropy))
         chunk_grad = _CHUNK_GRAD.compiled if ctx.fused else _CHUNK_GRAD.eager
-        for begin, end in _chunks(flat.shape[0], ctx.chunk_tokens):
-            rows = slice(begin, end)
-            grad[rows] = chunk_grad(flat[rows], ctx.temperature, *(
-                t[rows] if t is not None else None
-                for t in (logits_max, log_sum_exp, local_index, in_shard, entropy, g_lp, g_h)))
+        per_token = (logits_max, log_sum_exp, local_index, in_shard, entropy, g_lp, g_h)
+        chunks = list(_chunks(flat.shape[0], ctx.chunk_tokens))
+        if len(chunks) == 1:  # the gradient is the kernel's output: no buffer to copy it into
+            grad = chunk_grad(flat, ctx.temperature, *per_token)
+        else:
+            grad = torch.empty_like(flat)
+            for begin, end in chunks:
+                rows = slice(begin, end)
+                grad[rows] = chunk_grad(flat[rows], ctx.temperature, *(
+                    t[rows] if t is not None else None for t in per_token))
         return grad.view(logits.shape), None, None, None, None, None, None
 
 
@@ -121,7 +131,8 @@ _CHUNK_SUMS, _CHUNK_GRAD = CompiledOnGPU(_chunk_sums), CompiledOnGPU(_chunk_grad
 
 
 def _grad_z(log_p, local_index, in_shard, entropy, g_lp, g_h) -> torch.Tensor:
-    """g_lp·(onehot − p) − g_h·p·(log p + H) for one chunk, built in log_p's buffer and one more for p."""
+    """g_lp·(onehot − p) − g_h·p·(log p + H) for one chunk, built in log_p's buffer and one more for p. The one-hot
+    term is a comparison, not a scatter, so that compiled the whole gradient is one elementwise kernel."""
     p = log_p.exp()
     if g_h is None:
         grad = p.mul_(-g_lp.unsqueeze(-1))
@@ -130,7 +141,8 @@ def _grad_z(log_p, local_index, in_shard, entropy, g_lp, g_h) -> torch.Tensor:
         if g_lp is not None:
             grad.sub_(p.mul_(g_lp.unsqueeze(-1)))
     if g_lp is not None:
-        grad.scatter_add_(-1, local_index.unsqueeze(-1), (g_lp * in_shard).unsqueeze(-1))
+        columns = torch.arange(grad.shape[-1], device=grad.device)
+        grad.add_((columns == local_index.unsqueeze(-1)) * (g_lp * in_shard).unsqueeze(-1))
     return grad
 
 
@@ -140,9 +152,10 @@ def vocab_parallel_logprobs_and_entropy(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """logits [..., V/tp] (this rank's vocab shard), labels [...] (global token ids) → log p(label) and the
     entropy of the distribution at `temperature`, both [...] in float32, differentiable through `logits`.
-    `chunk_tokens` overrides how many tokens one fp32 temporary covers (default: `CHUNK_BYTES` worth); `fused`
-    (default: on a GPU) runs each chunk's arithmetic as torch.compile'd kernels rather than op by op."""
-    if chunk_tokens is None:
-        chunk_tokens = max(1, CHUNK_BYTES // (4 * logits.shape[-1]))
+    `fused` (default: on a GPU) runs the arithmetic as torch.compile'd kernels rather than op by op. `chunk_tokens`
+    overrides how many tokens one pass covers (default: `CHUNK_BYTES` of fp32 op by op; every token fused)."""
     fused = logits.is_cuda if fused is None else fused
+    if chunk_tokens is None:
+        chunk_tokens = logits.numel() // logits.shape[-1] if fused else CHUNK_BYTES // (4 * logits.shape[-1])
+    chunk_tokens = max(1, chunk_tokens)
     return _LogProbEntropy.apply(logits, labels, float(temperature), with_entropy, _tp_group(), chunk_tokens, fused)

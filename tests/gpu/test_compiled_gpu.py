@@ -1,6 +1,7 @@
 """GPU: the torch.compile'd kernels (the GPU's default) equal the eager ops they fuse, forward and backward, in bf16:
 the log-prob/entropy chunks (megarl/models/logprobs.py) at Qwen3's vocabulary, with either output's gradient alone or
-both; the packed RoPE (megarl/models/rotary.py) and the query/key norm (megarl/models/qk_norm.py) at Qwen3's heads."""
+both; the packed RoPE (megarl/models/rotary.py) and the query/key norm (megarl/models/qk_norm.py) at Qwen3's heads.
+And the fused log-prob passes, which take every token at once, hold no float32 copy of the logits."""
 
 import pytest
 import torch
@@ -54,3 +55,27 @@ def test_compiled_rotation_and_query_key_norm_equal_the_eager_ones(dtype):
         results.append((normed.detach(), out.detach(), inputs[0].grad, inputs[1].grad))
     for eager, fused in zip(*results):
         assert_close(eager, fused, 1e-2)
+
+
+def test_the_fused_log_prob_passes_hold_no_float32_copy_of_the_logits():
+    """Fused, forward and backward run over every token at once: beyond the logits, the only large tensor is their
+    bf16 gradient. A float32 [tokens × vocabulary] temporary would add twice the logits' size."""
+    generator = torch.Generator(device="cuda").manual_seed(2)
+    tokens, vocab = 6000, 151936
+    logits = 4 * torch.randn(tokens, vocab, device="cuda", dtype=torch.bfloat16, generator=generator)
+    labels = torch.randint(0, vocab, (tokens,), device="cuda", generator=generator)
+
+    def fused_pass():
+        x = logits.detach().requires_grad_(True)
+        logprobs, entropy = vocab_parallel_logprobs_and_entropy(x, labels, 0.7)
+        (logprobs.sum() + 0.1 * entropy.sum()).backward()
+        return x.grad
+
+    fused_pass()  # compiles
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    grad = fused_pass()
+    extra = torch.cuda.max_memory_allocated() - base
+    assert grad.dtype == torch.bfloat16
+    assert extra <= 1.1 * logits.numel() * logits.element_size(), (extra, logits.numel() * logits.element_size())
