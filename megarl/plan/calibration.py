@@ -42,9 +42,6 @@ class Calibration:
     # Measured / modelled trainer activations: backward's temporaries, which the per-tensor formula
     # (megarl/plan/activations.py) does not count. Kept at 1.0: no run has measured activations apart from logits.
     activation_scale: float = 1.0
-    # The log-prob function's vocabulary-sized fp32 temporaries: two chunks of megarl/models/logprobs.py's
-    # CHUNK_BYTES (256 MiB) alive at once, whatever the token count.
-    logprob_chunks_gib: float = 0.5
     # One weight-sync transfer bucket of parallel/reshard.py (512 MiB), plus the tensor that overflows it.
     sync_bucket_gib: float = 0.75
     # Host memory of one trainer worker process before any pinned copy: Python, torch, megatron, the Ray worker.

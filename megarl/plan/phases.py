@@ -144,10 +144,12 @@ def _vocabulary(inputs: PlanInputs, logits: int, weight_grad: int | None) -> Par
     Transformer Engine's fused accumulation computes in bf16 before adding it to the fp32 buffer, one at a time, once
     the log-prob function's backward has freed the logits. It takes their block when it fits in one (torch's cache does
     not join separate blocks), and a block of its own when it does not: with fewer tokens per micro-batch than the
-    hidden size."""
+    hidden size.
+    Nothing else: on a GPU the log-prob function's passes are single fused kernels with no float32 temporary
+    (tests/gpu/test_compiled_gpu.py)."""
     parts: Parts = (("logits", logits),)
     if weight_grad is not None:
         parts += (("logit gradient", logits),)
         if weight_grad > logits:
             parts += (("vocabulary weight grad", weight_grad),)
-    return parts + (("log-prob chunks", gib(inputs.calibration.logprob_chunks_gib)),)
+    return parts

@@ -77,7 +77,6 @@ def test_activations_scale_linearly_with_the_token_budget(inputs_for):
         for part in ("activations", "logits", "logit gradient"):
             assert large.part(part) == 2 * small.part(part), (recompute, part)
         assert large_lp.part("activations") == 2 * small_lp.part("activations")
-        assert large.part("log-prob chunks") == small.part("log-prob chunks")  # bounded, whatever the tokens
     (full, _), (none, _) = update(12288), update(12288, "actor.megatron.recompute_granularity=null")
     assert full.part("activations") < none.part("activations") / 3
 
@@ -153,10 +152,10 @@ def test_the_vocabulary_weight_gradient_takes_a_block_of_its_own_only_where_the_
 
 def test_an_update_holds_its_micro_batch_tensors_and_no_reserve_scaled_from_them(inputs_for):
     """A phase's transient parts are tensors it allocates: the critic's update only its activations (the value
-    head's output is one number per token), the actor's also the vocabulary-sized ones and the log-prob chunks."""
+    head's output is one number per token), the actor's also the vocabulary-sized ones."""
     plan = plan_memory(inputs_for("algorithm.adv_estimator=gae", "critic.megatron.tensor_model_parallel_size=4"))
     held = ("weights", "grads", "optimizer", "trainer process", "released engine")
-    vocabulary = {"logits", "logit gradient", "log-prob chunks"}
+    vocabulary = {"logits", "logit gradient"}
     for phase, expected in (("values", {"activations"}), ("update_critic", {"activations"}),
                             ("old_log_prob", {"activations"} | vocabulary - {"logit gradient"}),
                             ("update_actor", {"activations"} | vocabulary)):
