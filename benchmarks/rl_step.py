@@ -9,8 +9,8 @@ out of the medians.
 
 The step runs under torchrun on the recipe's `trainer.n_gpus_per_node` GPUs (validation, checkpoints and sample logs
 off). Each phase's floor counts the dense matmul and causal-attention FLOPs of its passes over the step's tokens
-(forward 2·N per token, an update 6·N, 4·N for a LoRA actor; megarl/trainer/perf.py), at the peak of every GPU of the
-run; `mfu` = floor / measured. Medians are over the steps after the first (which compiles and warms up); --steps must
+(forward 2·N per token, an update 6·N, 4·N for a LoRA actor; the critic's N has its value head where the actor's has
+the vocabulary projection; megarl/trainer/perf.py), at the peak of every GPU of the run; `mfu` = floor / measured. Medians are over the steps after the first (which compiles and warms up); --steps must
 leave at least one.
 After the run has ended, on as many prompts of the same data, n samples each, to the same length: standalone SGLang
 with the recipe's engine settings and memory share, and the HF-transformers loop with the actor's per-GPU token budget
@@ -86,9 +86,10 @@ def phase_floors(cfg, hf_config, steps: list[dict], peak: float) -> dict[str, di
     lengths = [int(tokens / sequences)] * sequences
     full = training_flops(hf_config, lengths)
     lora = training_flops(hf_config, lengths, frozen_weights=True)
-    floors = {name: full / 3 for name in FORWARD_PHASES}
+    critic = training_flops(hf_config, lengths, value_head=True)
+    floors = {name: (critic if role == "critic" else full) / 3 for name, role in FORWARD_PHASES.items()}
     floors["update_actor"] = (lora if cfg.actor.lora.rank else full) * cfg.actor.ppo_epochs
-    floors["update_critic"] = full * cfg.critic.ppo_epochs
+    floors["update_critic"] = critic * cfg.critic.ppo_epochs
     out = {}
     for name, flops in floors.items():
         key = f"timing_s/{name}"

@@ -20,15 +20,17 @@ def peak_flops(device_name: str) -> float | None:
     return next((flops for fragment, flops in PEAK_BF16_FLOPS.items() if fragment in device_name), None)
 
 
-def training_flops(hf_config, sequence_lengths: list[int], frozen_weights: bool = False) -> float:
+def training_flops(hf_config, sequence_lengths: list[int], frozen_weights: bool = False,
+                   value_head: bool = False) -> float:
     """FLOPs of one forward and backward pass over sequences of these lengths. `frozen_weights` (a LoRA actor): the
     backward computes no weight gradients of the base, 4 FLOPs per weight and token instead of 6 (the adapters'
-    own are negligible)."""
+    own are negligible). `value_head` (a critic): the output layer is one number per token, not the vocabulary."""
     hidden, layers = hf_config.hidden_size, hf_config.num_hidden_layers
     heads, kv_heads = hf_config.num_attention_heads, hf_config.num_key_value_heads
     head_dim = getattr(hf_config, "head_dim", None) or hidden // heads
     per_layer = hidden * head_dim * (2 * heads + 2 * kv_heads) + 3 * hidden * hf_config.intermediate_size
-    matmul_params = layers * per_layer + hidden * hf_config.vocab_size  # the LM head; embeddings are lookups
+    outputs = 1 if value_head else hf_config.vocab_size
+    matmul_params = layers * per_layer + hidden * outputs  # the output layer; embeddings are lookups
     tokens = sum(sequence_lengths)
     # causal attention: QKᵀ and AV over half the square, ×3 for forward + backward
     attention = 6 * layers * heads * head_dim * sum(n * n for n in sequence_lengths)
