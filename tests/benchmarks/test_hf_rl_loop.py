@@ -27,11 +27,14 @@ def test_every_response_runs_to_full_length_after_its_left_padded_prompt(tmp_pat
     assert sequences[2:, :3].tolist() == [[0, 0, 8]] * 2
 
 
-def test_the_step_counts_prompt_and_response_tokens_and_trains_in_micro_batches(tmp_path):
+def test_the_step_counts_prompt_and_response_tokens_in_bounded_generate_calls(tmp_path, monkeypatch):
+    import hf_rl_loop
+
+    monkeypatch.setattr(hf_rl_loop, "GENERATE_SEQUENCES", 4)  # two prompts of n=2 a call
     prompts = [[5, 6, 7], [8, 9], [10, 11, 12, 13]]
     row = hf_rl_step(tiny_model(tmp_path), prompts, n=2, max_new_tokens=5, temperature=1.0, token_budget=20)
     assert row["tokens"] == 2 * (3 + 2 + 4) + 6 * 5
-    assert row["micro_batch_sequences"] == 20 // (4 + 5)
+    assert row["generate_calls"] == 2
     assert row["step_s"] == row["gen_s"] + row["train_s"] > 0
     assert row["tokens_per_s_per_gpu"] == row["tokens"] / row["step_s"]
 
@@ -43,6 +46,6 @@ def test_the_policy_gradient_pass_changes_the_weights(tmp_path):
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     before = [p.detach().clone() for p in model.parameters()]
     sequences, mask, width = _generate(model, [[5, 6, 7], [8]], n=2, max_new_tokens=4, temperature=1.0, pad_id=0)
-    _policy_gradient_pass(model, optimizer, sequences, mask, width, token_budget=7)
+    _policy_gradient_pass(model, optimizer, [(sequences, mask, width)], token_budget=7)
     changed = [not torch.equal(b, p) for b, p in zip(before, model.parameters())]
     assert sum(changed) > len(changed) // 2
