@@ -9,6 +9,8 @@ from megarl.plan.calibration import GIB
 from megarl.plan.inputs import plan_inputs
 from megarl.plan.phases import plan_memory
 
+RUN_KEYS = ("model_shape", "layers", "tp", "gpus_used", "offload", "lora_rank")  # copied from the measured row
+
 
 def error(predicted: float, measured: float) -> float:
     return round((predicted - measured) / measured, 3)
@@ -35,8 +37,7 @@ def plan_row(cfg, measured: dict, gpu_gib: float, host_gib: float, shape: str | 
                 "error": error(plan.hosts[0].total / GIB, host_measured)}
     return {"date": datetime.date.today().isoformat(), "commit": measured["commit"], "machine": measured["machine"],
             "what": "plan", "command": measured["command"] + "   (the plan of the run's own config, in the same script)",
-            "model_shape": measured["model_shape"], "layers": measured["layers"], "tp": measured["tp"],
-            "gpus_used": measured["gpus_used"], "offload": measured["offload"], "lora_rank": measured["lora_rank"],
+            **{key: measured.get(key) for key in RUN_KEYS},  # rows older than a key lack it
             "measured_row": measured["label"], "plan_source": source, "gpu_gib": gpu_gib, "fits": plan.fits,
             "kv_cache_tokens": plan.kv_cache_tokens, "phases": phases, "host_node": host,
             "within_10_percent": all(abs(p["error"]) <= 0.10 for p in phases.values())}

@@ -1,0 +1,50 @@
+"""benchmarks/plan_check.py and plan_rows.py against the committed memory rows: every recorded rl_memory.py command
+still rebuilds its run's config, each measured phase is set beside the planner's own figure for that config, and the
+largest micro-batches it rebuilds from the data respect the run's token budgets."""
+
+import sys
+
+import pytest
+
+from tests.helpers import REPO_ROOT, SHARED_DATA
+
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+from plan_check import GPU_GIB, compare, largest_micro_batches, measured_rows, run_config  # noqa: E402
+
+from megarl.plan.calibration import GIB  # noqa: E402
+from megarl.plan.inputs import plan_inputs  # noqa: E402
+from megarl.plan.phases import plan_memory  # noqa: E402
+
+RESULTS = sorted((REPO_ROOT / "benchmarks/results").glob("*-memory.json"))
+ROWS = list(measured_rows(RESULTS))
+
+
+def test_there_are_memory_rows_to_check():
+    assert len(ROWS) >= 5
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[f"{r['label']}@{r['commit'].split()[0]}" for r in ROWS])
+def test_each_measured_phase_meets_the_planners_figure_for_the_runs_config(row):
+    cfg, args = run_config(row)
+    gpu_gib = args.gpu_cap_gib or GPU_GIB[row["machine"]]
+    planned = {p.name: p.total / GIB for p in plan_memory(plan_inputs(cfg, gpu_gib, 1000.0, args.shape,
+                                                                      args.layers)[0]).phases}
+    lines = compare(row)
+    measured = {key.split("/")[1]: gb * 1e9 / GIB for key, gb in row["memory_gb"].items()
+                if key.endswith("/peak_gb") and key.split("/")[1] in planned and gb}
+    assert measured and len(lines) == 1 + len(measured)
+    for line in lines[1:]:
+        name, _, plan, _, seen, error = line.split()[:6]
+        assert float(plan) == pytest.approx(planned[name], abs=0.006)
+        assert float(seen) == pytest.approx(measured[name], abs=0.006)
+        assert float(error.rstrip("%")) == pytest.approx(100 * (planned[name] / measured[name] - 1), abs=0.15)
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "gsm8k").exists(), reason="needs ../shared/data/gsm8k")
+def test_the_rebuilt_micro_batches_stay_within_the_token_budget(tmp_path):
+    row = next(r for r in ROWS if r["label"] == "0.5b-ppo")
+    cfg, _ = run_config(row)
+    largest = largest_micro_batches(row, SHARED_DATA / "gsm8k", tmp_path)
+    assert 0 < largest["update_actor"] <= cfg.actor.ppo_max_token_len_per_gpu
+    assert 0 < largest["old_log_prob"] <= cfg.actor.log_prob_max_token_len_per_gpu
+    assert 0 < largest["update_critic"] <= cfg.critic.ppo_max_token_len_per_gpu
