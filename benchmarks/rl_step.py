@@ -166,6 +166,7 @@ def summary(cfg, hf_config, metrics: list[dict], peak: float | None) -> dict:
         for name in [key.split("/", 1)[1]]}
     return {"steps_measured": len(steps), "step_s_median": median([s["timing_s/step"] for s in steps]),
             "tokens_per_s_per_gpu": median([s["perf/throughput"] for s in steps]), "phases": phases,
+            "mfu": {name: phase["mfu"] for name, phase in phases.items() if "mfu" in phase},
             "gen_tokens_per_s": responses / gen_s,
             "logprob_mult_error": [s.get("rollout/logprob_mult_error") for s in steps]}
 
