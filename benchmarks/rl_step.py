@@ -10,8 +10,8 @@ out of the medians.
 The step runs under torchrun on the recipe's `trainer.n_gpus_per_node` GPUs (validation, checkpoints and sample logs
 off). Each phase's floor counts the dense matmul and causal-attention FLOPs of its passes over the step's tokens
 (forward 2·N per token, an update 6·N, 4·N for a LoRA actor; the critic's N has its value head where the actor's has
-the vocabulary projection; megarl/trainer/perf.py), at the peak of every GPU of the run; `mfu` = floor / measured. Medians are over the steps after the first (which compiles and warms up); --steps must
-leave at least one.
+the vocabulary projection; megarl/trainer/perf.py), at the peak of every GPU of the run; `mfu` = floor / measured.
+Medians are over the steps after the first (which compiles and warms up); --steps must leave at least one.
 After the run has ended, on as many prompts of the same data, n samples each, to the same length: standalone SGLang
 with the recipe's engine settings and memory share, and the HF-transformers loop with the actor's per-GPU token budget
 (`vs_hf_transformers` = the step's tokens/s/GPU over the loop's). --no-baselines skips both.

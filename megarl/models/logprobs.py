@@ -131,8 +131,8 @@ _CHUNK_SUMS, _CHUNK_GRAD = CompiledOnGPU(_chunk_sums), CompiledOnGPU(_chunk_grad
 
 
 def _grad_z(log_p, local_index, in_shard, entropy, g_lp, g_h) -> torch.Tensor:
-    """g_lp·(onehot − p) − g_h·p·(log p + H) for one chunk, built in log_p's buffer and one more for p. The one-hot
-    term is a comparison, not a scatter, so that compiled the whole gradient is one elementwise kernel."""
+    """g_lp·(onehot − p) − g_h·p·(log p + H) for one chunk, built in log_p's buffer and one more for p. The
+    one-hot term is a comparison, not a scatter, so that compiled the whole gradient is one elementwise kernel."""
     p = log_p.exp()
     if g_h is None:
         grad = p.mul_(-g_lp.unsqueeze(-1))
