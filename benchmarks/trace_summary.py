@@ -114,6 +114,16 @@ def _chains_at(thread: list[dict], times: list[float], depth: int = 3) -> list[s
     return out
 
 
+def _host_chains(threads: dict[tuple, list[dict]], moments: list[tuple]):
+    """Per (host thread, time, payload) of `moments`: the payload and the innermost ops open on that thread then."""
+    by_thread = defaultdict(list)
+    for thread, time, payload in moments:
+        by_thread[thread].append((time, payload))
+    for thread, items in by_thread.items():
+        items.sort(key=lambda item: item[0])
+        yield from zip((payload for _, payload in items), _chains_at(threads[thread], [time for time, _ in items]))
+
+
 def _launches(events: list[dict]) -> dict[int, dict]:
     """Each kernel launch (a runtime or driver API call) by its correlation id, which its kernel carries too."""
     return {e["args"]["correlation"]: e for e in events if e.get("cat") in API and "correlation" in e.get("args", {})}
@@ -140,15 +150,10 @@ def launchers(events: list[dict], top: int) -> list[list]:
         totals[kernel["name"][:80]] += kernel["dur"] / 1e3
     longest = sorted(totals, key=lambda n: -totals[n])[:top]
     chains = {name: defaultdict(float) for name in longest}
-    by_thread = defaultdict(list)
-    for kernel, launch in launched:
-        if kernel["name"][:80] in chains:
-            by_thread[(launch.get("pid"), launch.get("tid"))].append((launch["ts"], kernel))
-    threads = _threads(events)
-    for key, items in by_thread.items():
-        items.sort(key=lambda item: item[0])
-        for (_, kernel), chain in zip(items, _chains_at(threads[key], [ts for ts, _ in items])):
-            chains[kernel["name"][:80]][chain] += kernel["dur"] / 1e3
+    moments = [((launch.get("pid"), launch.get("tid")), launch["ts"], kernel) for kernel, launch in launched
+               if kernel["name"][:80] in chains]
+    for kernel, chain in _host_chains(_threads(events), moments):
+        chains[kernel["name"][:80]][chain] += kernel["dur"] / 1e3
     return [[name, round(totals[name], 1), [[c, round(ms, 1)] for c, ms in sorted(
         chains[name].items(), key=lambda x: -x[1])[:3]]] for name in longest]
 
@@ -173,13 +178,10 @@ def gaps(events: list[dict], top: int, min_ms: float = 0.05) -> list[dict]:
                 stretches.append((busy_until, kernel["ts"], launches[kernel["args"]["correlation"]]))
             busy_until = max(busy_until, kernel["ts"] + kernel["dur"])
         by_chain = defaultdict(float)
-        by_thread = defaultdict(list)
-        for start, stop, launch in stretches:
-            by_thread[(launch.get("pid"), launch.get("tid"))].append((start, stop))
-        for key, spans in by_thread.items():
-            spans.sort()
-            for (start, stop), chain in zip(spans, _chains_at(threads[key], [(a + b) / 2 for a, b in spans])):
-                by_chain[chain] += (stop - start) / 1e3
+        midpoints = [((launch.get("pid"), launch.get("tid")), (start + stop) / 2, stop - start)
+                     for start, stop, launch in stretches]
+        for idle, chain in _host_chains(threads, midpoints):
+            by_chain[chain] += idle / 1e3
         out.append({"call": call["name"], "wall_ms": round(call["dur"] / 1e3, 1),
                     "idle_before_ms": round((mine[0]["ts"] - call["ts"]) / 1e3, 1),
                     "idle_between_ms": round(sum(b - a for a, b, _ in stretches) / 1e3, 1),
