@@ -1,14 +1,15 @@
 """benchmarks/rl_step.py's summary of a run's metrics: medians after the warm-up step, each phase's FLOP floor (the
-critic's with its value head, not the vocabulary projection) and MFU, and the row's `mfu` by phase."""
+critic's with its value head, not the vocabulary projection) and MFU, and the row's `mfu` by phase; and its baselines
+(on CPU the HF-transformers loop alone) on the recipe's own prompts."""
 
 import sys
 
 import pytest
 
-from tests.helpers import REPO_ROOT
+from tests.helpers import REPO_ROOT, write_tiny_rl_setup
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-from rl_step import summary  # noqa: E402
+from rl_step import baselines, prompt_ids, summary  # noqa: E402
 
 from megarl.config import load_config  # noqa: E402
 from megarl.models.shapes import hf_config  # noqa: E402
@@ -39,3 +40,17 @@ def test_medians_skip_the_warm_up_step_and_the_critics_floor_has_its_value_head(
         assert row["phases"][name]["floor_s"] == pytest.approx(flops / PEAK)
         assert row["mfu"][name] == pytest.approx(flops / PEAK / 2.0)
     assert "gen" not in row["mfu"] and row["phases"]["gen"]["s"] == 2.0
+
+
+def test_the_hf_loop_runs_on_the_recipes_prompts_and_the_row_gets_its_ratio(tmp_path):
+    setup = write_tiny_rl_setup(tmp_path)
+    model, train = setup / "model", setup / "train.parquet"
+    cfg = load_config(overrides=[f"model.path={model}", f"data.train_files=[{train}]", "data.val_files=[]",
+                                 "data.train_batch_size=2", "actor.ppo_mini_batch_size=2", "rollout.n=2",
+                                 "data.max_prompt_length=64", "data.max_response_length=4"])
+    row = {"tokens_per_s_per_gpu": 1000.0}
+    baselines(cfg, model, train, row)
+    hf = row["baseline"]["hf_transformers"]
+    assert list(row["baseline"]) == ["hf_transformers"]  # standalone SGLang needs a GPU
+    assert hf["tokens"] == 2 * sum(len(p) for p in prompt_ids(cfg, model, train, 2)) + 2 * 2 * 4
+    assert row["vs_hf_transformers"] == 1000.0 / hf["tokens_per_s_per_gpu"]
