@@ -101,11 +101,13 @@ class SDPAttention(MegatronModule):
             return torch.stack(outs, dim=1)
         if not isinstance(packed_seq_params, LocalPackedSeqParams):
             raise TypeError("SDPAttention takes the packed lengths of megarl.models.packing.pack_sequences")
-        lengths = packed_seq_params.padded_lengths
         cp = 1 if self.cp_group is None else self.cp_group.size()
         if cp == 1 and query.is_cuda and varlen_attn is not None and dropout == 0:
             return self._varlen(query, key, value, packed_seq_params.cu_seqlens_padded_device,
                                 packed_seq_params.max_seqlen_q)
+        # The per-sequence loops read the host lengths (a compiled layer would specialise on them; it takes the
+        # varlen call above).
+        lengths = packed_seq_params.padded_lengths
         if cp == 1:
             return self._packed(query, key, value, lengths, dropout)
         return self._packed_context_parallel(query, key, value, lengths, cp, dropout)

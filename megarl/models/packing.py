@@ -35,7 +35,7 @@ class LocalPackedSeqParams(PackedSeqParams):
     padded_lengths: tuple[int, ...] = ()
     cu_seqlens_padded_device: torch.Tensor | None = None
     positions_device: torch.Tensor | None = None  # each local token's position in its sample (megarl/models/rotary.py)
-    rotary_freqs: torch.Tensor | None = None  # set by a layer that leaves RoPE to the core attention
+    rotary_freqs: torch.Tensor | None = None  # lent by a layer that leaves RoPE to the core attention, for that call
     rotary_tables: dict = field(default_factory=dict)  # cos and sin, shared by every layer's copy of these parameters
 
 

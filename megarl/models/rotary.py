@@ -18,8 +18,6 @@ for unpacked input, megatron rotates as before.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 from megatron.core.transformer.attention import SelfAttention
 
@@ -40,11 +38,19 @@ class SelfAttentionRotaryInCore(SelfAttention):
         self.rotary_in_core = _plain_rope(config)
 
     def forward(self, hidden_states, attention_mask, *args, rotary_pos_emb=None, packed_seq_params=None, **kwargs):
-        if (self.rotary_in_core and isinstance(rotary_pos_emb, torch.Tensor)
+        if not (self.rotary_in_core and isinstance(rotary_pos_emb, torch.Tensor)
                 and isinstance(packed_seq_params, LocalPackedSeqParams)):
-            packed_seq_params, rotary_pos_emb = replace(packed_seq_params, rotary_freqs=rotary_pos_emb), None
-        return super().forward(hidden_states, attention_mask, *args, rotary_pos_emb=rotary_pos_emb,
-                               packed_seq_params=packed_seq_params, **kwargs)
+            return super().forward(hidden_states, attention_mask, *args, rotary_pos_emb=rotary_pos_emb,
+                                   packed_seq_params=packed_seq_params, **kwargs)
+        # Lent to the micro-batch's own parameters for this call, not set on a copy: copying the dataclass reads
+        # every field, and a compiled layer (megarl/models/compiled_layer.py) would be specialised, and recompiled,
+        # on the number of packed sequences.
+        packed_seq_params.rotary_freqs = rotary_pos_emb
+        try:
+            return super().forward(hidden_states, attention_mask, *args, rotary_pos_emb=None,
+                                   packed_seq_params=packed_seq_params, **kwargs)
+        finally:
+            packed_seq_params.rotary_freqs = None
 
 
 def rotate_packed(t: torch.Tensor, params: LocalPackedSeqParams, dtype: torch.dtype) -> torch.Tensor:

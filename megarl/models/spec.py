@@ -1,7 +1,8 @@
 """The layer specs of one pipeline stage: Transformer Engine's when it is importable, else megatron-core's local
 spec with the core attention swapped for SDPAttention, the self-attention for SelfAttentionRotaryInCore (which leaves
-RoPE over packed sequences to SDPAttention) and query/key norms (where the model has them) for QKNormFloat32Out, which
-lets RoPE rotate in float32 (swaps through the spec, not a fork of the layer).
+RoPE over packed sequences to SDPAttention), query/key norms (where the model has them) for QKNormFloat32Out, which
+lets RoPE rotate in float32, and the layer for CompiledTransformerLayer, compiled whole on a GPU (swaps through the
+spec, not a fork of the layer).
 
 Both come from megatron-core's `get_gpt_decoder_block_spec`, so both slice the layers per pipeline stage (and
 virtual stage) the same way. With LoRA (`adapter`), the local spec's linear layers are swapped for their LoRA
@@ -17,8 +18,10 @@ from megatron.core.transformer.identity_op import IdentityOp
 from megatron.core.transformer.spec_utils import ModuleSpec
 from megatron.core.transformer.torch_norm import WrappedTorchNorm
 from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
+from megatron.core.transformer.transformer_layer import TransformerLayer
 
 from megarl.models.attention import SDPAttention
+from megarl.models.compiled_layer import CompiledTransformerLayer
 from megarl.models.lora import Adapter, lora_layer_spec
 from megarl.models.qk_norm import QKNormFloat32Out
 from megarl.models.rotary import SelfAttentionRotaryInCore
@@ -36,15 +39,16 @@ def layer_spec(config, use_transformer_engine: bool, vp_stage: int | None = None
     )
     # The final norm is the layers' own (torch RMSNorm): the block spec would pick Apex's FusedLayerNorm where
     # Apex is installed, and that one is LayerNorm only.
-    return replace(block, layer_specs=[_local_attention(layer) for layer in block.layer_specs],
+    return replace(block, layer_specs=[_local_layer(layer) for layer in block.layer_specs],
                    layer_norm=WrappedTorchNorm)
 
 
-def _local_attention(layer: ModuleSpec) -> ModuleSpec:
+def _local_layer(layer: ModuleSpec) -> ModuleSpec:
     attention = layer.submodules.self_attention
     swaps = {"core_attention": SDPAttention}
     if attention.submodules.q_layernorm not in (None, IdentityOp):
         swaps.update(q_layernorm=QKNormFloat32Out, k_layernorm=QKNormFloat32Out)
     attention = replace(attention, module=SelfAttentionRotaryInCore,
                         submodules=replace(attention.submodules, **swaps))
-    return replace(layer, submodules=replace(layer.submodules, self_attention=attention))
+    module = CompiledTransformerLayer if layer.module is TransformerLayer else layer.module
+    return replace(layer, module=module, submodules=replace(layer.submodules, self_attention=attention))

@@ -1,15 +1,28 @@
 """GPU: the torch.compile'd kernels (the GPU's default) equal the eager ops they fuse, forward and backward, in bf16:
 the log-prob/entropy chunks (megarl/models/logprobs.py) at Qwen3's vocabulary, with either output's gradient alone or
 both; the packed RoPE (megarl/models/rotary.py) and the query/key norm (megarl/models/qk_norm.py) at Qwen3's heads.
-And the fused log-prob passes, which take every token at once, hold no float32 copy of the logits."""
+And the fused log-prob passes, which take every token at once, hold no float32 copy of the logits.
+
+The compiled decoder layers (megarl/models/compiled_layer.py) trace whole, compile once per kind of pass, and keep
+the trainer's bf16 error against float32 at HF transformers' own."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from megarl.models import qk_norm, rotary
 from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
+from tests.helpers import REPO_ROOT, run_layout
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the device machines)")
+
+ENV = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+       "CUDA_VISIBLE_DEVICES": "0"}
 
 
 def assert_close(eager: torch.Tensor, fused: torch.Tensor, tolerance: float) -> None:
@@ -79,3 +92,37 @@ def test_the_fused_log_prob_passes_hold_no_float32_copy_of_the_logits():
     extra = torch.cuda.max_memory_allocated() - base
     assert grad.dtype == torch.bfloat16
     assert extra <= 1.1 * logits.numel() * logits.element_size(), (extra, logits.numel() * logits.element_size())
+
+
+@pytest.fixture(scope="module")
+def compiled_layers(tmp_path_factory):
+    from megarl.models.init_model import write_model
+
+    root = tmp_path_factory.mktemp("compiled_layers")
+    model = write_model("qwen2.5-0.5b", root / "model", dtype=torch.bfloat16, num_hidden_layers=6)
+    worker = Path(__file__).with_name("compiled_layers_worker.py")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", str(worker),
+                           str(model), str(root / "out.json")], capture_output=True, text=True, timeout=600, env=ENV)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    layout = run_layout(model, root / "single.json", 1, 1, 1, nproc=1, extra=["--bf16", "--length-scale", "32"],
+                        timeout=600)
+    result = json.loads((root / "out.json").read_text())
+    print(json.dumps(result), layout["hf_mean_abs_diff"], layout["hf_bf16_mean_abs_diff"])
+    return result, layout
+
+
+def test_compiled_layers_trace_whole_and_compile_once_per_kind_of_pass(compiled_layers):
+    """No graph break in any role's pass; micro-batches of new token counts, sequence counts and longest sequences
+    reuse the graphs compiled in the warm-up (a recompile per shape would be slow, and past the limit eager)."""
+    result, _ = compiled_layers
+    assert result["graph_breaks"] == 0, result
+    assert result["graphs_after_new_shapes"] == result["graphs_after_warm_up"], result
+
+
+def test_compiled_layers_keep_the_bf16_error_of_hf_transformers(compiled_layers):
+    """The single-GPU layout of test_models_gpu.py's gate (log-probs against float32 within 1.5x HF bf16's error),
+    with compiled layers; compiled and eager differ by no more than two bf16 errors."""
+    result, layout = compiled_layers
+    assert layout["hf_mean_abs_diff"] <= 1.5 * layout["hf_bf16_mean_abs_diff"], layout
+    assert layout["hf_max_abs_diff"] <= 1.5 * layout["hf_bf16_max_abs_diff"], layout
+    assert result["logprob_mean_abs_diff_vs_eager"] <= 2 * layout["hf_bf16_mean_abs_diff"], (result, layout)

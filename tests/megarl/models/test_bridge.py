@@ -39,14 +39,18 @@ def test_fused_tensors_name_their_parts_in_megatron_order():
 
 
 @pytest.mark.parametrize("stage, layers", [(0, 1), (1, 2)])
-def test_the_local_spec_is_megatrons_block_spec_per_stage_with_sdpa_and_float32_qk_norms(monkeypatch, stage, layers):
+def test_the_local_spec_is_megatrons_block_spec_per_stage_with_sdpa_float32_qk_norms_and_compiled_layers(
+        monkeypatch, stage, layers):
     from megatron.core import parallel_state
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
     from megatron.core.transformer import TransformerConfig
     from megatron.core.transformer.dot_product_attention import DotProductAttention
     from megatron.core.transformer.torch_norm import WrappedTorchNorm
 
+    from megatron.core.transformer.transformer_layer import TransformerLayer
+
     from megarl.models.attention import SDPAttention
+    from megarl.models.compiled_layer import CompiledTransformerLayer
     from megarl.models.qk_norm import QKNormFloat32Out
     from megarl.models.spec import layer_spec
 
@@ -67,6 +71,7 @@ def test_the_local_spec_is_megatrons_block_spec_per_stage_with_sdpa_and_float32_
         assert attention.q_layernorm is attention.k_layernorm is QKNormFloat32Out
         assert ours.submodules.input_layernorm is WrappedTorchNorm
         assert ours.submodules.mlp == theirs.submodules.mlp
+        assert ours.module is CompiledTransformerLayer and theirs.module is TransformerLayer
 
 
 def test_a_family_megarl_does_not_convert_is_named(tmp_path):

@@ -1,0 +1,58 @@
+"""megatron-core's TransformerLayer compiled whole with torch.compile on a GPU (the local spec's layer, swapped in
+through megarl/models/spec.py).
+
+Without Transformer Engine, each layer's forward at 0.5B is a Python call chain through megatron's modules and
+a few dozen small kernels. Its backward is as many autograd nodes, several with Python backward functions. At
+this size the GPU waited on the host for a third of every training pass. Compiled whole, a layer is one guarded
+call into fused kernels forward and one backward. On one H200, 0.5B PPO's role calls in one process went from eager
+to compiled as follows:
+- update_actor 0.586 → 0.398 s;
+- update_critic 0.649 → 0.320 s;
+- ref 0.242 → 0.126 s;
+- log-prob 0.128 → 0.102 s.
+
+Compiled at tensor and context parallel size 1 on a GPU, where it was measured and checked. There, packed
+attention is one varlen kernel call. Context parallelism's per-sequence loop would specialise the code on every
+micro-batch's lengths. Elsewhere the layer runs eagerly, as megatron's does. `TORCHDYNAMO_DISABLE=1` turns all
+compilation off.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import torch
+from megatron.core.transformer.transformer_layer import TransformerLayer
+
+# Compiled variants one layer's code may have in a process. Each is reached once and never recompiled for a new
+# micro-batch shape (dynamic shapes): training, no-grad and frozen-weight passes; the first layer's input strides
+# and RoPE tables; other models' sizes (a critic, a reward model). torch's default of 8 would leave later variants
+# to run eagerly, silently.
+RECOMPILE_LIMIT = 64
+
+
+def compiles_layers(config) -> bool:
+    return torch.cuda.is_available() and config.tensor_model_parallel_size == 1 and config.context_parallel_size == 1
+
+
+class CompiledTransformerLayer(TransformerLayer):
+    """megatron's TransformerLayer; on a GPU at TP 1 and CP 1 its calls run torch.compile'd (dynamic shapes)."""
+
+    def __init__(self, config, *args, **kwargs):
+        super().__init__(config, *args, **kwargs)
+        if compiles_layers(config):
+            _configure_dynamo()
+            self.compile(dynamic=True)
+
+
+@functools.cache
+def _configure_dynamo() -> None:
+    # megatron's row-parallel linear layers pass no tensor-parallel group, and every call warns that one will be
+    # required. dynamo cannot trace `warnings.warn`, so each layer would split in two there: warnings inside
+    # compiled code are dropped instead (eager code still warns).
+    @torch.compiler.substitute_in_graph(warnings.warn, skip_signature_check=True)
+    def _warn_in_graph(message, category=None, stacklevel=1, source=None, **kwargs):
+        return None
+
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
