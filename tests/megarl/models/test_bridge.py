@@ -74,6 +74,24 @@ def test_the_local_spec_is_megatrons_block_spec_per_stage_with_sdpa_float32_qk_n
         assert ours.module is CompiledTransformerLayer and theirs.module is TransformerLayer
 
 
+def test_lora_layers_keep_megatrons_uncompiled_layer_class(monkeypatch):
+    from megatron.core import parallel_state
+    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.transformer_layer import TransformerLayer
+
+    from megarl.models.lora import Adapter, LoRAColumnParallelLinear
+    from megarl.models.spec import layer_spec
+
+    monkeypatch.setattr(parallel_state, "get_pipeline_model_parallel_rank", lambda: 0)
+    config = TransformerConfig(num_layers=2, hidden_size=64, num_attention_heads=4, normalization="RMSNorm",
+                               pipeline_model_parallel_size=2, pipeline_dtype=torch.float32)
+    block = layer_spec(config, use_transformer_engine=False, adapter=Adapter(rank=4, alpha=8.0, dropout=0.0),
+                       adapter_targets=("linear_qkv",))
+    for layer in block.layer_specs:
+        assert layer.module is TransformerLayer
+        assert layer.submodules.self_attention.submodules.linear_qkv.module is LoRAColumnParallelLinear
+
+
 def test_a_family_megarl_does_not_convert_is_named(tmp_path):
     from transformers import MistralConfig
 
