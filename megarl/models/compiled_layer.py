@@ -15,8 +15,7 @@ calls, one after another as in a step (one H200, one process, no engine), went f
 Compiled at tensor and context parallel size 1 on a GPU, where it was measured and checked. There, packed
 attention is one varlen kernel call. Context parallelism's per-sequence loop would specialise the code on every
 micro-batch's lengths. Elsewhere the layer runs eagerly, as megatron's does; LoRA's layers are megatron's own
-(megarl/models/spec.py). `TORCHDYNAMO_DISABLE=1` turns all
-compilation off.
+(megarl/models/spec.py). `TORCHDYNAMO_DISABLE=1` turns all compilation off.
 """
 
 from __future__ import annotations
