@@ -12,10 +12,11 @@ calls, one after another as in a step (one H200, one process, no engine), went f
 - log-prob 0.152 → 0.107 s;
 - values 0.198 → 0.080 s.
 
-Compiled at tensor and context parallel size 1 on a GPU, where it was measured and checked. There, packed
+Compiled at tensor, pipeline and context parallel size 1 on a GPU, where it was measured and checked. There, packed
 attention is one varlen kernel call. Context parallelism's per-sequence loop would specialise the code on every
-micro-batch's lengths. Elsewhere the layer runs eagerly, as megatron's does; LoRA's layers are megatron's own
-(megarl/models/spec.py). `TORCHDYNAMO_DISABLE=1` turns all compilation off.
+micro-batch's lengths; tensor and pipeline parallelism await a check on two GPUs. Elsewhere the layer runs eagerly,
+as megatron's does; LoRA's layers are megatron's own (megarl/models/spec.py). `TORCHDYNAMO_DISABLE=1` turns all
+compilation off.
 """
 
 from __future__ import annotations
@@ -34,11 +35,13 @@ RECOMPILE_LIMIT = 64
 
 
 def compiles_layers(config) -> bool:
-    return torch.cuda.is_available() and config.tensor_model_parallel_size == 1 and config.context_parallel_size == 1
+    return torch.cuda.is_available() and (config.tensor_model_parallel_size, config.pipeline_model_parallel_size,
+                                          config.context_parallel_size) == (1, 1, 1)
 
 
 class CompiledTransformerLayer(TransformerLayer):
-    """megatron's TransformerLayer; on a GPU at TP 1 and CP 1 its calls run torch.compile'd (dynamic shapes)."""
+    """megatron's TransformerLayer; on one GPU's model (TP, PP and CP 1) its calls run torch.compile'd (dynamic
+    shapes)."""
 
     def __init__(self, config, *args, **kwargs):
         super().__init__(config, *args, **kwargs)
