@@ -18,6 +18,9 @@ SHARED_DATA = Path(os.environ.get("MEGARL_SHARED_DATA", REPO_ROOT.parent / "shar
 # For the subprocesses: the repository importable, a local Ray without token auth, wandb writing offline.
 ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "WANDB_MODE": "offline",
        "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+# For a GPU test's subprocesses: the repository importable, on the machine's first GPU.
+GPU0_ENV = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+            "CUDA_VISIBLE_DEVICES": "0"}
 DIST_WORKER = REPO_ROOT / "tests" / "megarl" / "models" / "dist_worker.py"
 LAYOUTS = {"tp2": (2, 1, 1), "pp2": (1, 2, 1), "cp2": (1, 1, 2), "dp2": (1, 1, 1)}  # name: (tp, pp, cp)
 

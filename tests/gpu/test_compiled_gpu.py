@@ -7,7 +7,6 @@ The compiled decoder layers (megarl/models/compiled_layer.py) trace whole, compi
 the trainer's bf16 error against float32 at HF transformers' own."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,12 +16,9 @@ import torch
 
 from megarl.models import qk_norm, rotary
 from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
-from tests.helpers import REPO_ROOT, run_layout
+from tests.helpers import GPU0_ENV, run_layout
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the device machines)")
-
-ENV = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-       "CUDA_VISIBLE_DEVICES": "0"}
 
 
 def assert_close(eager: torch.Tensor, fused: torch.Tensor, tolerance: float) -> None:
@@ -102,7 +98,8 @@ def compiled_layers(tmp_path_factory):
     model = write_model("qwen2.5-0.5b", root / "model", dtype=torch.bfloat16, num_hidden_layers=6)
     worker = Path(__file__).with_name("compiled_layers_worker.py")
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", str(worker),
-                           str(model), str(root / "out.json")], capture_output=True, text=True, timeout=600, env=ENV)
+                           str(model), str(root / "out.json")], capture_output=True, text=True, timeout=600,
+                          env=GPU0_ENV)
     assert proc.returncode == 0, proc.stderr[-6000:]
     layout = run_layout(model, root / "single.json", 1, 1, 1, nproc=1, extra=["--bf16", "--length-scale", "32"],
                         timeout=600)

@@ -13,8 +13,8 @@ import time
 import pytest
 import torch
 
-from tests.gpu.test_recipes_gpu import ENV, one_gpu_grpo_command, read_metrics, record, wait_for_step_one
-from tests.helpers import REPO_ROOT
+from tests.gpu.test_recipes_gpu import one_gpu_grpo_command, read_metrics, record, wait_for_step_one
+from tests.helpers import GPU0_ENV, REPO_ROOT
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA and SGLang (the device machines)")
 
@@ -32,7 +32,7 @@ def test_a_killed_scheduler_is_replaced_and_the_run_goes_on(tmp_path):
     cmd = one_gpu_grpo_command(tmp_path, out, "data.max_response_length=512", "trainer.total_training_steps=3",
                            "rollout.max_logprob_mult_error=1.05")
     with open(tmp_path / "console.log", "w") as console:
-        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=console, stderr=subprocess.STDOUT, text=True, env=ENV)
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=console, stderr=subprocess.STDOUT, text=True, env=GPU0_ENV)
         try:
             killed_at = kill_the_scheduler_after_step_one(proc, out / "metrics.jsonl")
             code = proc.wait(timeout=900)

@@ -2,7 +2,6 @@
 and an offloaded optimizer starts from the loaded weights (Megatron-LM PR #5071)."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,12 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import REPO_ROOT
+from tests.helpers import GPU0_ENV
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the device machines)")
-
-ENV = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-       "CUDA_VISIBLE_DEVICES": "0"}
 
 
 def test_offloads_move_state_off_the_gpu_and_keep_loaded_weights(tmp_path):
@@ -25,7 +21,7 @@ def test_offloads_move_state_off_the_gpu_and_keep_loaded_weights(tmp_path):
     worker = Path(__file__).with_name("offload_worker.py")
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", str(worker),
                            str(model), str(tmp_path / "ckpt"), str(tmp_path / "out.json")],
-                          capture_output=True, text=True, timeout=600, env=ENV)
+                          capture_output=True, text=True, timeout=600, env=GPU0_ENV)
     assert proc.returncode == 0, proc.stderr[-6000:]
     r = json.loads((tmp_path / "out.json").read_text())
     print(json.dumps(r))

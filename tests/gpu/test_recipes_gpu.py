@@ -13,12 +13,10 @@ import time
 import pytest
 import torch
 
-from tests.helpers import REPO_ROOT, SHARED_DATA, gpu_machine
+from tests.helpers import GPU0_ENV, REPO_ROOT, SHARED_DATA, gpu_machine
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA and SGLang (the device machines)")
 
-ENV = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-       "CUDA_VISIBLE_DEVICES": "0"}
 SGLANG = ["rollout.name=sglang", "rollout.gpu_memory_utilization=0.3", "rollout.engine_kwargs.attention_backend=triton",
           "rollout.engine_kwargs.sampling_backend=pytorch", "rollout.engine_kwargs.cuda_graph_max_bs_decode=64"]
 METRICS = {f"actor/{k}" for k in ("entropy", "pg_loss", "pg_clipfrac", "ppo_kl", "grad_norm", "lr")} | {
@@ -80,7 +78,7 @@ def test_tiny_recipe_learns_on_one_gpu(tmp_path, run):
     for name in ("recipes", "launch"):
         (tmp_path / name).symlink_to(REPO_ROOT / name)
     proc = subprocess.run(["bash", "launch/tiny_cpu.sh", recipe, *SGLANG, *extra], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=900, env={**ENV, "LAUNCHER": "torchrun", "NPROC": "1"})
+                          text=True, timeout=900, env={**GPU0_ENV, "LAUNCHER": "torchrun", "NPROC": "1"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     rows = read_metrics(tmp_path / f"outputs/tiny_cpu/{recipe}/metrics.jsonl")
     steps = [r for r in rows if r["step"] > 0]
@@ -106,7 +104,7 @@ def test_qwen2_5_0_5b_ppo_three_steps(tmp_path):
            f"data.train_files=[{data['train']}]", f"data.val_files=[{data['test']}]", "data.val_batch_size=256",
            "trainer.total_training_steps=3", "trainer.test_freq=3", "trainer.val_before_train=false",
            f"trainer.output_dir={out}", *SGLANG]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900, env=ENV)
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900, env=GPU0_ENV)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     steps = read_metrics(out / "metrics.jsonl")
     record({"what": "qwen2.5-0.5b-ppo-recipe", "command": "MEGARL_RESULTS_DIR=$OUT python -m pytest "

@@ -13,12 +13,9 @@ import sys
 import pytest
 import torch
 
-from tests.helpers import REPO_ROOT, WALL_CLOCK, gpu_machine
+from tests.helpers import GPU0_ENV, REPO_ROOT, WALL_CLOCK, gpu_machine
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the device machines)")
-
-ENV = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-       "CUDA_VISIBLE_DEVICES": "0"}
 
 
 def train(out, *extra):
@@ -37,7 +34,7 @@ def train(out, *extra):
            f"data.train_files=[{root / 'data/train.parquet'}]", "data.val_files=[]", "trainer.n_gpus_per_node=1",
            "trainer.total_training_steps=3", "trainer.save_freq=1", f"trainer.output_dir={out}",
            f"reward.function={root / 'length_reward.py'}:compute_score", *extra]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, env=ENV)
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, env=GPU0_ENV)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     return {r["step"]: {k: v for k, v in r.items() if not k.startswith(WALL_CLOCK)} for r in rows}

@@ -13,8 +13,8 @@ import time
 import pytest
 import torch
 
-from tests.gpu.test_recipes_gpu import ENV, one_gpu_grpo_command, read_metrics, record, wait_for_step_one
-from tests.helpers import REPO_ROOT
+from tests.gpu.test_recipes_gpu import one_gpu_grpo_command, read_metrics, record, wait_for_step_one
+from tests.helpers import GPU0_ENV, REPO_ROOT
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA and SGLang (the device machines)")
 
@@ -23,7 +23,7 @@ def test_sigterm_mid_run_stops_with_one_line(tmp_path):
     out = tmp_path / "run"
     cmd = one_gpu_grpo_command(tmp_path, out, "data.max_response_length=1024", "trainer.total_training_steps=20")
     with open(tmp_path / "console.log", "w") as console:
-        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=console, stderr=subprocess.STDOUT, text=True, env=ENV,
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=console, stderr=subprocess.STDOUT, text=True, env=GPU0_ENV,
                                 start_new_session=True)
         try:
             wait_for_step_one(proc, out / "metrics.jsonl")
