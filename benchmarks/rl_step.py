@@ -11,7 +11,9 @@ The step runs under torchrun on the recipe's `trainer.n_gpus_per_node` GPUs (val
 off). Each phase's floor counts the dense matmul and causal-attention FLOPs of its passes over the step's tokens
 (forward 2·N per token, an update 6·N, 4·N for a LoRA actor; the critic's N has its value head where the actor's has
 the vocabulary projection; megarl/trainer/perf.py), at the peak of every GPU of the run; `mfu` = floor / measured.
-Medians are over the steps after the first (which compiles and warms up); --steps must leave at least one.
+Medians are over the steps after the first (which compiles and warms up); --steps must leave at least one. The
+GPU's data-sheet peak is not what its matmuls reach: in the same run, after the step, a bf16 GEMM probe measures that
+(`matmul_peak_tflops`), and `mfu_vs_matmul_peak` is each phase's floor time at it over the measured time.
 After the run has ended, on as many prompts of the same data, n samples each, to the same length: standalone SGLang
 with the recipe's engine settings and memory share, and the HF-transformers loop with the actor's per-GPU token budget
 (`vs_hf_transformers` = the step's tokens/s/GPU over the loop's). --no-baselines skips both.
@@ -103,6 +105,35 @@ def phase_floors(cfg, hf_config, steps: list[dict], peak: float) -> dict[str, di
     return out
 
 
+def matmul_peak(sizes=(4096, 8192), flops_per_size: float = 2e13) -> float:
+    """The bf16 FLOP/s this GPU's square matmuls reach (the best of `sizes`, each timed over about
+    `flops_per_size` FLOPs after a warm-up): the hardware limit a dense phase can approach, measured."""
+    import torch
+
+    best = 0.0
+    for n in sizes:
+        a, b = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        for _ in range(3):
+            a @ b
+        repeats = max(3, round(flops_per_size / (2 * n**3)))
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(repeats):
+            a @ b
+        torch.cuda.synchronize()
+        best = max(best, 2 * n**3 * repeats / (time.perf_counter() - start))
+        del a, b
+    torch.cuda.empty_cache()
+    return best
+
+
+def with_matmul_peak(row: dict, datasheet: float, measured: float) -> None:
+    """Both peaks (FLOP/s) into `row`, and its phases' MFU against the measured one besides the data sheet's."""
+    row["peak_tflops"], row["matmul_peak_tflops"] = datasheet / 1e12, measured / 1e12
+    row["mfu_vs_matmul_peak"] = {name: phase["floor_s"] * datasheet / measured / phase["s"]
+                                 for name, phase in row["phases"].items() if "floor_s" in phase}
+
+
 def prompt_ids(cfg, model: Path, train: Path, prompts: int) -> list[list[int]]:
     """The first `prompts` training prompts as the trainer reads them."""
     from transformers import AutoTokenizer
@@ -176,7 +207,8 @@ def main() -> int:
     parser.add_argument("--recipe", type=Path, required=True)
     parser.add_argument("--shape", required=True, help="a megarl.models.shapes.SHAPES name (random weights)")
     parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--profile-step", type=int, default=None, help="write that step's traces (trainer.profile_steps)")
+    parser.add_argument("--profile-step", type=int, default=None,
+                        help="write that step's traces (trainer.profile_steps)")
     parser.add_argument("--no-baselines", action="store_true", help="skip standalone SGLang and the HF loop")
     parser.add_argument("--set", nargs="*", default=[], help="more recipe overrides")
     parser.add_argument("--work", type=Path, default=Path("/tmp/rl_step"))
@@ -197,12 +229,15 @@ def main() -> int:
     cfg = load_config(args.recipe, ov)
     metrics = run_steps(args, cfg, ov)
     cuda = torch.cuda.is_available()
+    peak = peak_flops(torch.cuda.get_device_name()) if cuda else None
     row = {"date": datetime.date.today().isoformat(), "commit": os.environ.get("MEGARL_COMMIT", "unknown"),
            "machine": os.environ.get("MEGARL_MACHINE", "unknown"), "what": "rl-step", "recipe": str(args.recipe),
            "command": "python benchmarks/rl_step.py " + " ".join(sys.argv[1:]), "model_shape": args.shape,
            "dtype": "bf16" if cuda else "fp32", "gpus_used": cfg.world_size, "backend": cfg.rollout.name,
            "batch": cfg.data.train_batch_size, "n": cfg.rollout.n, "response_len": cfg.data.max_response_length,
-           **summary(cfg, load_hf_config(model), metrics, peak_flops(torch.cuda.get_device_name()) if cuda else None)}
+           **summary(cfg, load_hf_config(model), metrics, peak)}
+    if peak:
+        with_matmul_peak(row, peak, matmul_peak())
     if not args.no_baselines:
         baselines(cfg, model, train, row)
     return append_row(args.out, row, 0, "")

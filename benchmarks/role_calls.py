@@ -4,9 +4,11 @@ no rollout, so a change to the trainer's passes is measured without generation's
 the decoder layers run eagerly instead of compiled (megarl/models/compiled_layer.py), for an A/B on one machine.
 
     torchrun --nproc-per-node 1 benchmarks/role_calls.py --recipe recipes/qwen2_5_0_5b_ppo_gsm8k.yaml \\
-        --shape qwen2.5-0.5b --out r.json [--eager-layers]
+        --shape qwen2.5-0.5b --out r.json [--eager-layers] [--profile DIR]
 
-Each call's time is the median over `--rounds` rounds (after one warm-up round that compiles).
+Each call's time is the median over `--rounds` rounds (after one warm-up round that compiles). `--profile DIR` records
+one more round with torch's profiler, to DIR/rank_00000.json (benchmarks/trace_summary.py reads it), beside a real
+step's `trainer.profile_steps` trace.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ def main() -> int:
     parser.add_argument("--shape", required=True, help="a megarl.models.shapes.SHAPES name (random weights)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--eager-layers", action="store_true", help="decoder layers uncompiled")
+    parser.add_argument("--profile", type=Path, help="record a last, untimed round's trace in this directory")
     parser.add_argument("--set", nargs="*", default=[], help="more recipe overrides")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
@@ -98,6 +101,11 @@ def main() -> int:
                 seconds = timed(call)
                 if round_:
                     times[name].append(seconds)
+        if args.profile:
+            actor.start_profile()
+            for call in calls.values():
+                call()
+            actor.stop_profile(str(args.profile))
     row = {"date": datetime.date.today().isoformat(), "commit": os.environ.get("MEGARL_COMMIT", "unknown"),
            "machine": os.environ.get("MEGARL_MACHINE", "unknown"), "what": "role-calls", "recipe": str(args.recipe),
            "command": "torchrun --nproc-per-node 1 benchmarks/role_calls.py " + " ".join(sys.argv[1:]),

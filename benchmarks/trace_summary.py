@@ -7,8 +7,9 @@ few lines per call.
     python benchmarks/trace_summary.py OUTPUT_DIR/profile/step_3/rank_00000.json [--top 8] [--out summary.json]
         [--callers aten::index]
 
-`--callers OP` also prints, for a CPU op that costs more than it should, the ops and ranges that enclose it (the
-innermost few, by total time): where in the model, the loss or the optimizer it is called.
+`--callers OP` also prints, for a CPU op or CUDA runtime call (cudaMalloc, cudaFree) that costs more than it should,
+the ops and ranges that enclose it (the innermost few, by total time): where in the model, the loss or the optimizer it
+is called.
 
 `--launchers` prints, for the longest kernels of the whole trace, the host ops that launched them (the innermost few,
 by kernel time): which line of the model a slow elementwise or copy kernel comes from.
@@ -88,9 +89,10 @@ def summarise(events: list[dict], top: int) -> list[dict]:
 
 
 def callers(events: list[dict], op: str, top: int) -> list[list]:
-    """The chains of the 3 innermost CPU ops or ranges enclosing each `op` event on its thread, by total time."""
+    """The chains of the 3 innermost CPU ops or ranges enclosing each `op` event (a CPU op or a CUDA runtime call,
+    e.g. cudaFree) on its thread, by total time."""
     totals = defaultdict(float)
-    for thread in _threads(events, ("cpu_op", "user_annotation", "python_function")).values():
+    for thread in _threads(events, ("cpu_op", "user_annotation", "python_function", *API)).values():
         open_ranges: list[dict] = []
         for e in thread:
             while open_ranges and open_ranges[-1]["ts"] + open_ranges[-1]["dur"] < e["ts"] + e["dur"]:
@@ -204,7 +206,8 @@ def main() -> int:
     summary = summarise(events, args.top)
     for call in summary:
         print(f"{call['call']:<28} wall {call['wall_ms']:>9.1f} ms  kernels {call['kernel_ms']:>9.1f} ms  "
-              f"syncs {call['syncs']:>5} ({call['sync_ms']:.1f} ms)  copies {call['copies']}  launches {call['launches']}")
+              f"syncs {call['syncs']:>5} ({call['sync_ms']:.1f} ms)  copies {call['copies']}  "
+              f"launches {call['launches']}")
     for op in args.callers:
         print(f"== {op}: enclosing ops, ms")
         for chain, ms in callers(events, op, args.top):

@@ -1,6 +1,6 @@
 """benchmarks/rl_step.py's summary of a run's metrics: medians after the warm-up step, each phase's FLOP floor (the
-critic's with its value head, not the vocabulary projection) and MFU, and the row's `mfu` by phase; and its baselines
-(on CPU the HF-transformers loop alone) on the recipe's own prompts."""
+critic's with its value head, not the vocabulary projection) and MFU, and the row's `mfu` by phase (and against a
+measured matmul peak); and its baselines (on CPU the HF-transformers loop alone) on the recipe's own prompts."""
 
 import sys
 
@@ -54,3 +54,12 @@ def test_the_hf_loop_runs_on_the_recipes_prompts_and_the_row_gets_its_ratio(tmp_
     assert list(row["baseline"]) == ["hf_transformers"]  # standalone SGLang needs a GPU
     assert hf["tokens"] == 2 * sum(len(p) for p in prompt_ids(cfg, model, train, 2)) + 2 * 2 * 4
     assert row["vs_hf_transformers"] == 1000.0 / hf["tokens_per_s_per_gpu"]
+
+
+def test_the_measured_matmul_peak_gives_each_phase_a_second_mfu():
+    from rl_step import with_matmul_peak
+
+    row = {"phases": {"update_actor": {"s": 2.0, "floor_s": 0.5, "mfu": 0.25}, "gen": {"s": 1.0}}}
+    with_matmul_peak(row, datasheet=1000e12, measured=800e12)
+    assert (row["peak_tflops"], row["matmul_peak_tflops"]) == (1000.0, 800.0)
+    assert row["mfu_vs_matmul_peak"] == {"update_actor": pytest.approx(0.25 * 1000 / 800)}

@@ -1,5 +1,6 @@
 """benchmarks/trace_summary.py on a small Chrome trace made in the test: kernels are charged to the role call that
-launched them, runtime calls and launches are counted per call, and `callers` names what encloses an op."""
+launched them, runtime calls and launches are counted per call, and `callers` names what encloses an op or a runtime
+call."""
 
 import sys
 
@@ -37,6 +38,7 @@ def test_a_call_gets_its_kernels_runtime_calls_and_launches():
 def test_callers_name_the_enclosing_ops():
     chains = dict(trace_summary.callers(EVENTS, "aten::index", top=4))
     assert chains == {"aten::mul < critic.update_critic": 50, "critic.update_critic": 30}
+    assert dict(trace_summary.callers(EVENTS, "cudaFree", top=4)) == {"critic.update_critic": 40}
 
 
 def test_gaps_charge_idle_gpu_time_to_the_host_ops_running_then():
