@@ -4,11 +4,13 @@ no rollout, so a change to the trainer's passes is measured without generation's
 the decoder layers run eagerly instead of compiled (megarl/models/compiled_layer.py), for an A/B on one machine.
 
     torchrun --nproc-per-node 1 benchmarks/role_calls.py --recipe recipes/qwen2_5_0_5b_ppo_gsm8k.yaml \\
-        --shape qwen2.5-0.5b --out r.json [--eager-layers] [--profile DIR]
+        --shape qwen2.5-0.5b --out r.json [--eager-layers] [--versus KEY=VALUE ...] [--profile DIR]
 
-Each call's time is the median over `--rounds` rounds (after one warm-up round that compiles). `--profile DIR` records
-one more round with torch's profiler, to DIR/rank_00000.json (benchmarks/trace_summary.py reads it), beside a real
-step's `trainer.profile_steps` trace.
+Each call's time is the median over `--rounds` rounds (after one warm-up round that compiles). `--versus` builds a
+second actor, critic and reference with those overrides and times their calls in turn with the first set's, round by
+round: an A/B in one process (two runs, even on one machine, differed by up to a tenth). `--profile DIR` records one
+more round of the first set with torch's profiler, to DIR/rank_00000.json (benchmarks/trace_summary.py reads it), beside
+a real step's `trainer.profile_steps` trace.
 """
 
 from __future__ import annotations
@@ -54,6 +56,47 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
+def spawn_roles(pool, cfg, suffix: str = "") -> dict:
+    """An actor, a critic and a reference built from `cfg` (their role names end in `suffix`)."""
+    from megarl.workers.actor import ActorWorker
+    from megarl.workers.critic import CriticWorker
+    from megarl.workers.inputs import actor_inputs, critic_inputs, reference_inputs
+    from megarl.workers.reference import ReferenceWorker
+
+    return {"actor": pool.spawn("actor" + suffix, ActorWorker, actor_inputs(cfg, total_steps=100)),
+            "critic": pool.spawn("critic" + suffix, CriticWorker, critic_inputs(cfg, total_steps=100)),
+            "ref": pool.spawn("ref" + suffix, ReferenceWorker, reference_inputs(cfg))}
+
+
+def with_inputs(roles: dict, batch, advantages):
+    """`batch` with what the calls read: old and reference log-probs, values, advantages and returns."""
+    from parallel.batch import Batch
+
+    batch = batch.union(roles["actor"].compute_log_prob(batch)).union(Batch({"advantages": advantages,
+                                                                             "returns": advantages}))
+    return batch.union(roles["ref"].compute_ref_log_prob(batch)).union(roles["critic"].compute_values(batch))
+
+
+def calls_of(roles: dict, batch) -> dict:
+    return {"old_log_prob": lambda: roles["actor"].compute_log_prob(batch),
+            "ref": lambda: roles["ref"].compute_ref_log_prob(batch),
+            "values": lambda: roles["critic"].compute_values(batch),
+            "update_actor": lambda: roles["actor"].update_actor(batch),
+            "update_critic": lambda: roles["critic"].update_critic(batch)}
+
+
+def timed_rounds(sets: dict[str, dict], rounds: int) -> dict[str, dict[str, list[float]]]:
+    """Each set's calls one after another, the sets in turn, for a warm-up round and `rounds` timed ones."""
+    times = {label: {name: [] for name in calls} for label, calls in sets.items()}
+    for round_ in range(rounds + 1):
+        for label, calls in sets.items():
+            for name, call in calls.items():
+                seconds = timed(call)
+                if round_:
+                    times[label][name].append(seconds)
+    return times
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recipe", type=Path, required=True)
@@ -62,6 +105,8 @@ def main() -> int:
     parser.add_argument("--eager-layers", action="store_true", help="decoder layers uncompiled")
     parser.add_argument("--profile", type=Path, help="record a last, untimed round's trace in this directory")
     parser.add_argument("--set", nargs="*", default=[], help="more recipe overrides")
+    parser.add_argument("--versus", nargs="*", default=[],
+                        help="overrides of a second set of roles, timed in turn with the first (an A/B)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
 
@@ -70,11 +115,6 @@ def main() -> int:
     from megarl.models.init_model import write_model
     from megarl.models.shapes import SHAPES
     from megarl.placement import MAIN_POOL, start_workers
-    from megarl.workers.actor import ActorWorker
-    from megarl.workers.critic import CriticWorker
-    from megarl.workers.inputs import actor_inputs, critic_inputs, reference_inputs
-    from megarl.workers.reference import ReferenceWorker
-    from parallel.batch import Batch
 
     if args.eager_layers:
         compiled_layer.compiles_layers = lambda config: False
@@ -84,35 +124,28 @@ def main() -> int:
     batch, advantages = responses_batch(cfg, SHAPES[args.shape]["vocab_size"])
     with start_workers(cfg) as cluster:
         pool = cluster[MAIN_POOL]
-        actor = pool.spawn("actor", ActorWorker, actor_inputs(cfg, total_steps=100))
-        critic = pool.spawn("critic", CriticWorker, critic_inputs(cfg, total_steps=100))
-        reference = pool.spawn("ref", ReferenceWorker, reference_inputs(cfg))
-        batch = batch.union(actor.compute_log_prob(batch)).union(Batch({"advantages": advantages,
-                                                                        "returns": advantages}))
-        batch = batch.union(reference.compute_ref_log_prob(batch)).union(critic.compute_values(batch))
-        calls = {"old_log_prob": lambda: actor.compute_log_prob(batch),
-                 "ref": lambda: reference.compute_ref_log_prob(batch),
-                 "values": lambda: critic.compute_values(batch),
-                 "update_actor": lambda: actor.update_actor(batch),
-                 "update_critic": lambda: critic.update_critic(batch)}
-        times = {name: [] for name in calls}
-        for round_ in range(args.rounds + 1):
-            for name, call in calls.items():
-                seconds = timed(call)
-                if round_:
-                    times[name].append(seconds)
+        roles = spawn_roles(pool, cfg)
+        batch = with_inputs(roles, batch, advantages)
+        sets = {"base": calls_of(roles, batch)}
+        if args.versus:
+            versus = load_config(args.recipe, [f"model.path={model}", *args.set, *args.versus])
+            sets["versus"] = calls_of(spawn_roles(pool, versus, "_versus"), batch)
+        times = timed_rounds(sets, args.rounds)
         if args.profile:
-            actor.start_profile()
-            for call in calls.values():
+            roles["actor"].start_profile()
+            for call in sets["base"].values():
                 call()
-            actor.stop_profile(str(args.profile))
+            roles["actor"].stop_profile(str(args.profile))
+    medians = {label: {name: sorted(ts)[len(ts) // 2] for name, ts in calls.items()} for label, calls in times.items()}
     row = {"date": datetime.date.today().isoformat(), "commit": os.environ.get("MEGARL_COMMIT", "unknown"),
            "machine": os.environ.get("MEGARL_MACHINE", "unknown"), "what": "role-calls", "recipe": str(args.recipe),
            "command": "torchrun --nproc-per-node 1 benchmarks/role_calls.py " + " ".join(sys.argv[1:]),
            "model_shape": args.shape, "layers": "eager" if args.eager_layers else "compiled",
            "batch": cfg.data.train_batch_size, "response_len": cfg.data.max_response_length,
-           "call_s_median": {name: sorted(ts)[len(ts) // 2] for name, ts in times.items()}, "call_s": times}
-    print(json.dumps(row["call_s_median"]))
+           "call_s_median": medians["base"], "call_s": times["base"]}
+    if args.versus:
+        row["versus"] = {"overrides": args.versus, "call_s_median": medians["versus"], "call_s": times["versus"]}
+    print(json.dumps(medians))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps([row], indent=1))
     return 0
