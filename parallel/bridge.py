@@ -4,8 +4,9 @@ outside either pool's torch.distributed world (each pool is one), rendezvousing 
 
 The sender broadcasts the actor's weights in buckets of bounded size, as full HF-named tensors (gathered over the
 actor's tensor- and pipeline-parallel ranks by the reshard layer, with each tensor's tensor-parallel dim), each
-bucket after a header that names its tensors; every engine rank keeps its own slice. Gloo carries them, in host
-memory.
+bucket after a header that names its tensors; every engine rank keeps its own slice. Headers travel over gloo;
+the tensors over NCCL from GPU to GPU when every end has one (the SGLang engines' pool), else over gloo in host
+memory (the transformers engine on CPU).
 """
 
 from __future__ import annotations
@@ -29,7 +30,10 @@ class WeightBridge:
         timeout = datetime.timedelta(seconds=timeout_s)
         self.rank = rank
         self.store = dist.TCPStore(host, port, size, rank == 0, timeout=timeout)
-        self.group = dist.ProcessGroupGloo(self.store, rank, size, timeout)
+        self.control = dist.ProcessGroupGloo(dist.PrefixStore("control", self.store), rank, size, timeout)
+        self.device = _agreed_device(self.control, size)
+        self.payload = self.control if self.device.type == "cpu" else dist.ProcessGroupNCCL(
+            dist.PrefixStore("payload", self.store), rank, size, timeout)
 
     def send(self, bucket: list[Part]) -> int:
         """On the sender: one bucket (full tensors); returns the bytes sent."""
@@ -37,9 +41,9 @@ class WeightBridge:
         self._broadcast_object(header)
         sent = 0
         for _, tensor, _ in bucket:
-            host = tensor.detach().to("cpu", copy=False).contiguous()
-            self._broadcast(host)
-            sent += host.numel() * host.element_size()
+            payload = tensor.detach().to(self.device, copy=False).contiguous()
+            self._broadcast(payload)
+            sent += payload.numel() * payload.element_size()
         return sent
 
     def finish(self) -> None:
@@ -51,23 +55,38 @@ class WeightBridge:
         while (header := self._broadcast_object(None)) is not None:
             bucket = []
             for name, shape, dtype, dim in header:
-                tensor = torch.empty(shape, dtype=dtype)
+                tensor = torch.empty(shape, dtype=dtype, device=self.device)
                 self._broadcast(tensor)
                 if dim is not None and parts > 1:
                     tensor = tensor.chunk(parts, dim=dim)[part].contiguous()
                 bucket.append((name, tensor, dim))
             yield bucket
 
-    def _broadcast(self, tensor: torch.Tensor) -> None:
+    def _broadcast(self, tensor: torch.Tensor, group=None) -> None:
         options = dist.BroadcastOptions()
         options.rootRank = 0
-        self.group.broadcast([tensor], options).wait()
+        (group or self.payload).broadcast([tensor], options).wait()
 
     def _broadcast_object(self, value):
         payload = torch.frombuffer(bytearray(pickle.dumps(value)), dtype=torch.uint8) if self.rank == 0 else None
         length = torch.tensor([payload.numel() if payload is not None else 0], dtype=torch.int64)
-        self._broadcast(length)
+        self._broadcast(length, self.control)
         if payload is None:
             payload = torch.empty(int(length.item()), dtype=torch.uint8)
-        self._broadcast(payload)
+        self._broadcast(payload, self.control)
         return pickle.loads(payload.numpy().tobytes())
+
+
+def _agreed_device(control, size: int) -> torch.device:
+    """This end's GPU where every end has one (NCCL joins them), else host memory (gloo). An end without a GPU
+    facing ends with one is a placement error, said on every end rather than left to hang a broadcast."""
+    has_gpu = torch.cuda.is_available()
+    mine = torch.tensor([int(has_gpu)], dtype=torch.int64)
+    every = [torch.empty_like(mine) for _ in range(size)]
+    control.allgather([every], [mine]).wait()
+    flags = [int(flag) for flag in every]
+    if len(set(flags)) > 1:
+        without = [rank for rank, flag in enumerate(flags) if not flag]
+        raise RuntimeError(f"the weight bridge's ends {without} (0: the actor's first rank, k: rollout rank k - 1) "
+                           "have no GPU while the others have: give the actor and the rollout pool GPUs alike")
+    return torch.device("cuda", torch.cuda.current_device()) if has_gpu else torch.device("cpu")

@@ -3,6 +3,7 @@ subprocess runs (torchrun, Ray, `megarl train`) several tests start."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import shutil
@@ -21,6 +22,9 @@ ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "WANDB_MODE": "offline",
 # For a GPU test's subprocesses: the repository importable, on the machine's first GPU.
 GPU0_ENV = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
             "CUDA_VISIBLE_DEVICES": "0"}
+# SGLang as the lent GPU machines run it (the trimmed kernels: triton attention, torch sampling), at a small share.
+SGLANG = ["rollout.name=sglang", "rollout.gpu_memory_utilization=0.3", "rollout.engine_kwargs.attention_backend=triton",
+          "rollout.engine_kwargs.sampling_backend=pytorch", "rollout.engine_kwargs.cuda_graph_max_bs_decode=64"]
 DIST_WORKER = REPO_ROOT / "tests" / "megarl" / "models" / "dist_worker.py"
 LAYOUTS = {"tp2": (2, 1, 1), "pp2": (1, 2, 1), "cp2": (1, 1, 2), "dp2": (1, 1, 1)}  # name: (tp, pp, cp)
 
@@ -194,6 +198,19 @@ def gpu_machine() -> str:
     if "H100" in torch.cuda.get_device_name(0):
         return f"nvidia-h100-x{count}"
     return "nvidia-h200" if count == 1 else f"nvidia-h200-x{count}"
+
+
+def record_gpu_row(file_name: str, row: dict, gpus_used: int = 1) -> None:
+    """Append a GPU test's result row to $MEGARL_RESULTS_DIR/`file_name` (nothing without the variable), with the
+    date, the commit ($MEGARL_COMMIT) and the machine."""
+    out = os.environ.get("MEGARL_RESULTS_DIR")
+    if not out:
+        return
+    row = {"date": datetime.date.today().isoformat(), "commit": os.environ.get("MEGARL_COMMIT", "unknown"),
+           "machine": gpu_machine(), "gpus_used": gpus_used, **row}
+    path = Path(out) / file_name
+    rows = json.loads(path.read_text()) if path.exists() else []
+    path.write_text(json.dumps(rows + [row], indent=1))
 
 
 def responses_batch():

@@ -3,9 +3,7 @@ on a random-weight 0.5B model with every metric issue #6 names. Both run under t
 
 Rows for benchmarks/results/ go to $MEGARL_RESULTS_DIR/recipes_gpu.json when it is set."""
 
-import datetime
 import json
-import os
 import subprocess
 import sys
 import time
@@ -13,12 +11,10 @@ import time
 import pytest
 import torch
 
-from tests.helpers import GPU0_ENV, REPO_ROOT, SHARED_DATA, gpu_machine
+from tests.helpers import GPU0_ENV, REPO_ROOT, SGLANG, SHARED_DATA, record_gpu_row
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA and SGLang (the device machines)")
 
-SGLANG = ["rollout.name=sglang", "rollout.gpu_memory_utilization=0.3", "rollout.engine_kwargs.attention_backend=triton",
-          "rollout.engine_kwargs.sampling_backend=pytorch", "rollout.engine_kwargs.cuda_graph_max_bs_decode=64"]
 METRICS = {f"actor/{k}" for k in ("entropy", "pg_loss", "pg_clipfrac", "ppo_kl", "grad_norm", "lr")} | {
     f"critic/{k}" for k in ("vf_loss", "vpred_mean", "score/mean", "rewards/mean", "advantages/mean", "returns/mean")
 } | {f"timing_s/{k}" for k in ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic",
@@ -57,15 +53,7 @@ def read_metrics(path):
 
 
 def record(row, name: str = "recipes_gpu.json"):
-    out = os.environ.get("MEGARL_RESULTS_DIR")
-    if not out:
-        return
-    row = {"date": datetime.date.today().isoformat(), "commit": os.environ.get("MEGARL_COMMIT", "unknown"),
-           "machine": gpu_machine(), "gpus_used": 1, "dtype": "bf16", "backend": "sglang", **row}
-    path = os.path.join(out, name)
-    rows = json.load(open(path)) if os.path.exists(path) else []
-    with open(path, "w") as f:
-        json.dump(rows + [row], f, indent=1)
+    record_gpu_row(name, {"dtype": "bf16", "backend": "sglang", **row})
 
 
 # lora: SGLang serves the merged adapters each step; async: one SGLang request per response, scored as it finishes
