@@ -147,6 +147,11 @@ class RolloutEngine(ABC):
         """Collective over the engine's ranks: this rank's (HF name, tensor or tensor-parallel slice, dim) parts,
         as the reshard layer streams them."""
 
+    def flush_cache(self) -> None:
+        """After new weights were loaded into an engine that kept its memory: forget what it computed with the old
+        ones (SGLang's radix cache of prompt prefixes, whose KV a later request would reuse). Nothing to forget
+        unless a backend caches."""
+
     def shutdown(self) -> None:
         """Stop what the engine runs outside this process (nothing, unless a backend says otherwise)."""
 

@@ -212,8 +212,14 @@ class SGLangEngine(RolloutEngine):
         if self.is_owner:
             with self._engine_call():
                 self.engine.resume_memory_occupation(tags=list(tags))
-                if KV_CACHE in tags:
-                    self.engine.flush_cache()  # cached prefixes point into memory that was given away
+        if KV_CACHE in tags:
+            self.flush_cache()  # cached prefixes point into memory that was given away
+
+    def flush_cache(self) -> None:
+        if self.is_owner:
+            with self._engine_call():
+                if not self.engine.flush_cache().success:
+                    raise RuntimeError("SGLang kept its prefix cache: requests were still running when it was flushed")
 
     def check_weights(self, action: str) -> tuple[bool, str]:
         """SGLang's weight checker on the owner: "snapshot", "reset_tensors" (poison them), "compare" (against

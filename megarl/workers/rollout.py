@@ -85,6 +85,7 @@ class RolloutWorker(Worker):
         start, slot = time.perf_counter(), self.placement.slot
         for bucket in self.bridge.receive(slot.engine_rank, len(slot.engine_ranks)):
             self.engine.load_weights(bucket)
+        self.engine.flush_cache()  # its memory stayed: prefixes cached with the old weights would be reused
         return {"update_weights/receive_s": time.perf_counter() - start}
 
     @worker_method(collect=Collect.RANK_ZERO)

@@ -1,7 +1,8 @@
 """Rollout engines on a pool of their own (`rollout.enable_resource_pool`, Ray on CPU): the actor's weights reach them
-over the bridge (parallel/bridge.py; tests/parallel/test_bridge.py cuts them for tensor-parallel engines). In turn (`trainer.staleness=0`) the run trains exactly as with the engines
-beside the actor; a step ahead (`trainer.staleness=1`) step t trains on responses of the weights before step t − 1,
-and a resumed run sends the prompts that were in flight again."""
+over the bridge (parallel/bridge.py; tests/parallel/test_bridge.py cuts them for tensor-parallel engines), and each
+engine forgets what it cached from the old weights. In turn (`trainer.staleness=0`) the run trains exactly as with
+the engines beside the actor; a step ahead (`trainer.staleness=1`) step t trains on responses of the weights before
+step t − 1, and a resumed run sends the prompts that were in flight again."""
 
 import json
 import sys
@@ -17,6 +18,35 @@ DIFFERS = ("timing_s/", "perf/", "memory/", "update_weights/")
 # weights move every step and the engines must get them.
 LENGTH_REWARD = "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n" \
                 "    return len(solution_str) / 10\n"
+
+
+# The transformers engine caches nothing; this one stands in for SGLang's prefix cache: generating after a weight load
+# that was not followed by a cache flush is an error (SGLang would silently reuse KV computed with the old weights).
+CACHING_ENGINE = """
+from megarl.rollout.transformers_engine import TransformersEngine
+
+
+class PrefixCachingEngine(TransformersEngine):
+    stale_cache = False
+
+    def load_weights(self, parts):
+        super().load_weights(parts)
+        self.stale_cache = True
+
+    def flush_cache(self):
+        self.stale_cache = False
+
+    def generate(self, prompts, params, on_response=None):
+        if self.stale_cache:
+            raise RuntimeError("generating with a prefix cache from the old weights: the sync did not flush it")
+        return super().generate(prompts, params, on_response)
+"""
+
+
+def caching_engine(tmp_path) -> str:
+    engine = tmp_path / "caching_engine.py"
+    engine.write_text(CACHING_ENGINE)
+    return f"rollout.name={engine}:PrefixCachingEngine"
 
 
 def train(setup, out, *extra):
@@ -37,7 +67,7 @@ def comparable(steps):
 
 def test_engines_on_their_own_gpus_train_as_colocated_ones_in_turn(setup, tmp_path):
     colocated = train(setup, tmp_path / "colocated")
-    pooled = train(setup, tmp_path / "pooled", *POOL)
+    pooled = train(setup, tmp_path / "pooled", *POOL, caching_engine(tmp_path))
     assert comparable(pooled) == comparable(colocated)
     assert [s["actor/grad_norm"] > 0 for s in pooled] == [True] * 3  # the weights move: the sync carries them
     assert all(s["update_weights/bytes_sent_gb"] > 0 and "update_weights/receive_s" in s for s in pooled)
