@@ -369,6 +369,14 @@ class MegaRLConfig:
         return self.world_size
 
     @property
+    def gpus(self) -> int:
+        """Every GPU of the run: the main pool's and those of each role with a pool of its own."""
+        own = [(self.critic.enable_resource_pool and self.use_critic, self.critic_world_size),
+               (self.reward.model.enable_resource_pool and bool(self.reward.model.path), self.reward_model_world_size),
+               (self.rollout.enable_resource_pool, self.rollout_world_size)]
+        return self.world_size + sum(size for has_own, size in own if has_own)
+
+    @property
     def use_critic(self) -> bool:
         return self.algorithm.adv_estimator == "gae"
 

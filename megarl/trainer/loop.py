@@ -246,7 +246,7 @@ def train(cfg: MegaRLConfig) -> None:
                     with timed(metrics, "testing"):
                         metrics.update(validate(step))
                 metrics.update(stages.data_metrics(batch, data.max_response_length))
-                metrics.update(perf_metrics(batch, metrics, cfg.world_size, hf_config, cfg.actor.ppo_epochs,
+                metrics.update(perf_metrics(batch, metrics, cfg.gpus, cfg.world_size, hf_config, cfg.actor.ppo_epochs,
                                             summarise(roles.actor.device_stats()), cfg.actor.lora.rank > 0))
                 metrics.update(health(step, metrics))
                 logger.log(step, metrics)

@@ -81,18 +81,19 @@ def _largest(per_rank: list[dict], window: str, kind: str) -> int | None:
     return max(values, default=None)
 
 
-def perf_metrics(batch: Batch, metrics: dict[str, float], world_size: int, hf_config, ppo_epochs: int,
+def perf_metrics(batch: Batch, metrics: dict[str, float], gpus: int, actor_gpus: int, hf_config, ppo_epochs: int,
                  device: dict, frozen_weights: bool = False) -> dict[str, float]:
-    """`device`: the actor ranks' `summarise`d `device_stats`."""
+    """`gpus`: every GPU of the run (throughput is per GPU the run holds, rollout and critic pools included);
+    `actor_gpus`: the actor's (its MFU); `device`: the actor ranks' `summarise`d `device_stats`."""
     lengths = [len(p) + int(r) for p, r in zip(batch["prompt_ids"], batch["response_mask"].sum(-1).tolist())]
     step_s = metrics["timing_s/step"]
     out = {"perf/total_num_tokens": float(sum(lengths)), "perf/time_per_step": step_s,
-           "perf/throughput": sum(lengths) / (step_s * world_size),
+           "perf/throughput": sum(lengths) / (step_s * gpus),
            "perf/cpu_memory_used_gb": device["cpu_memory_used_gb"]}
     if device["max_memory_allocated_gb"] is not None:
         out["perf/max_memory_allocated_gb"] = device["max_memory_allocated_gb"]
     peak = peak_flops(device["name"])
     if peak and "timing_s/update_actor" in metrics:
         flops = training_flops(hf_config, lengths, frozen_weights) * ppo_epochs
-        out["perf/mfu/actor"] = flops / (metrics["timing_s/update_actor"] * world_size * peak)
+        out["perf/mfu/actor"] = flops / (metrics["timing_s/update_actor"] * actor_gpus * peak)
     return out

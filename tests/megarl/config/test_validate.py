@@ -70,7 +70,8 @@ def test_a_reward_model_shares_the_actors_mesh_and_some_reward_is_left():
 def test_a_reward_model_in_its_own_pool_has_its_own_mesh():
     own_pool = ["reward.model.path=rm", "reward.model.enable_resource_pool=true", "reward.model.n_gpus_per_node=2",
                 "reward.model.megatron.tensor_model_parallel_size=2", "trainer.n_gpus_per_node=1"]
-    assert load_config(overrides=own_pool).reward_model_world_size == 2
+    cfg = load_config(overrides=own_pool)
+    assert (cfg.reward_model_world_size, cfg.gpus) == (2, 3)
     msg = one_problem(*own_pool[:3], "reward.model.megatron.tensor_model_parallel_size=4")
     assert "= 4 does not divide the 2 GPUs (reward.model.nnodes × reward.model.n_gpus_per_node)" in msg
     assert "reward.model.enable_resource_pool=true needs trainer.launcher=ray" in one_problem(
@@ -82,6 +83,7 @@ def test_critic_in_its_own_pool():
                 "critic.megatron.tensor_model_parallel_size=2", "trainer.n_gpus_per_node=2"]
     cfg = load_config(overrides=own_pool)
     assert (cfg.world_size, cfg.critic_world_size, cfg.dp_size("actor"), cfg.dp_size("critic")) == (2, 2, 2, 1)
+    assert cfg.gpus == 4 and load_config(overrides=own_pool[3:]).gpus == 2  # colocated: the actor's GPUs
     msg = one_problem(*own_pool[:2], "critic.megatron.tensor_model_parallel_size=3")
     assert "= 3 does not divide the 2 GPUs (critic.nnodes × critic.n_gpus_per_node)" in msg
     msg = one_problem(*own_pool, "trainer.launcher=torchrun")
@@ -232,7 +234,7 @@ def test_lora_settings():
 def test_rollout_engines_on_a_pool_of_their_own():
     own_pool = ["rollout.name=transformers", "rollout.enable_resource_pool=true", "rollout.n_gpus_per_node=2",
                 "algorithm.adv_estimator=grpo", "rollout.n=2"]
-    load_config(overrides=[*own_pool, "trainer.staleness=1"])
+    assert load_config(overrides=[*own_pool, "trainer.staleness=1"]).gpus == 3  # the actor's 1 and the engines' 2
     # Its engines divide its own GPUs (the actor's TP no longer matters), and the prompts are shared among them.
     load_config(overrides=[*own_pool, "rollout.tensor_model_parallel_size=2",
                            "actor.megatron.tensor_model_parallel_size=4", "trainer.n_gpus_per_node=4"])

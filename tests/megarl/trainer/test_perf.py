@@ -1,10 +1,10 @@
 """The FLOP count behind perf/mfu/actor: 6 FLOPs per weight and token for a full update, 4 for a LoRA actor whose
 frozen base needs no weight gradients, and the causal-attention term in both; a critic's output layer is its value
-head."""
+head. Throughput counts every GPU of the run, MFU the actor's."""
 
 from types import SimpleNamespace
 
-from megarl.trainer.perf import training_flops
+from megarl.trainer.perf import peak_flops, perf_metrics, training_flops
 
 CONFIG = SimpleNamespace(hidden_size=8, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
                          head_dim=4, intermediate_size=16, vocab_size=10)
@@ -22,3 +22,17 @@ def test_a_critics_output_layer_is_one_number_per_token_not_the_vocabulary():
     per_layer = 8 * 4 * (2 * 2 + 2 * 1) + 3 * 8 * 16
     attention = 6 * 2 * 2 * 4 * (3 * 3 + 5 * 5)
     assert training_flops(CONFIG, [3, 5], value_head=True) == 6 * (2 * per_layer + 8 * 1) * 8 + attention
+
+
+def test_throughput_is_per_gpu_of_the_run_and_the_actors_mfu_per_gpu_of_the_actor():
+    import torch
+
+    from parallel.batch import Batch
+
+    batch = Batch(tensors={"response_mask": torch.tensor([[1, 1, 0], [1, 1, 1]])}, fields={"prompt_ids": [[1], [2, 3]]})
+    device = {"cpu_memory_used_gb": 1.0, "max_memory_allocated_gb": None, "name": "NVIDIA H100 80GB HBM3"}
+    metrics = {"timing_s/step": 2.0, "timing_s/update_actor": 0.5}
+    # One GPU trains, one generates (rollout.enable_resource_pool): 8 tokens in 2 s on 2 GPUs.
+    out = perf_metrics(batch, metrics, gpus=2, actor_gpus=1, hf_config=CONFIG, ppo_epochs=1, device=device)
+    assert out["perf/throughput"] == 8 / (2.0 * 2)
+    assert out["perf/mfu/actor"] == training_flops(CONFIG, [3, 5]) / (0.5 * 1 * peak_flops(device["name"]))
