@@ -1,6 +1,7 @@
 """Host memory of one node: per GPU a trainer worker process and an SGLang scheduler process (their baselines), the
 pinned and offloaded copies the roles keep there (parallel/offload.py, megatron's hybrid optimizer, the reference's
-host copy), and on the first node the driver."""
+host copy), and on the first node the driver. A critic or the rollout engines with GPUs of their own get a row of
+their own (their worker processes, and the engines' scheduler processes)."""
 
 from __future__ import annotations
 
@@ -13,15 +14,20 @@ from megarl.plan.state import RoleState
 def host_estimates(inputs: PlanInputs, trainer_roles: tuple[RoleState, ...], critic: RoleState | None,
                    colocated_critic: bool) -> tuple[HostEstimate, ...]:
     cal, cfg = inputs.calibration, inputs.cfg
-    gpus = cfg.trainer.n_gpus_per_node
-    trainer = (("worker processes", gpus * gib(cal.host_worker_gib)),
-               ("engine processes", gpus * gib(cal.host_engine_gib)),
+    gpus, own_rollout = cfg.trainer.n_gpus_per_node, cfg.rollout.enable_resource_pool
+    engines = () if own_rollout else (("engine processes", gpus * gib(cal.host_engine_gib)),)
+    trainer = (("worker processes", gpus * gib(cal.host_worker_gib)), *engines,
                ("driver", gib(cal.host_driver_gib))) + _copies(trainer_roles, gpus)
     hosts = [HostEstimate("trainer", trainer, inputs.host_bytes)]
     if critic is not None and not colocated_critic:
         critic_gpus = cfg.critic.n_gpus_per_node
         own = (("worker processes", critic_gpus * gib(cal.host_worker_gib)),) + _copies((critic,), critic_gpus)
         hosts.append(HostEstimate("critic", own, inputs.host_bytes))
+    if own_rollout:
+        rollout_gpus = cfg.rollout.n_gpus_per_node
+        hosts.append(HostEstimate("rollout", (("worker processes", rollout_gpus * gib(cal.host_worker_gib)),
+                                              ("engine processes", rollout_gpus * gib(cal.host_engine_gib))),
+                                  inputs.host_bytes))
     return tuple(hosts)
 
 

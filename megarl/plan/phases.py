@@ -15,6 +15,8 @@ SGLang scheduler process of the GPU's engine rank.
 - sync: the engine's weights resumed and filled bucket by bucket while the actor's weights are on the GPU; then the
   KV cache resumes (the larger of the two moments counts).
 Every phase also holds the trainer process's memory outside torch's allocator and what the released engine keeps.
+With `rollout.enable_resource_pool` the engines have GPUs of their own ("rollout" phases: gen, and sync while the
+weights arrive); the trainer's GPUs then hold no engine and have no gen phase.
 """
 
 from __future__ import annotations
@@ -46,17 +48,20 @@ def plan_memory(inputs: PlanInputs) -> MemoryPlan:
     states = role_states(inputs)
     colocated_critic = "critic" in states and not inputs.cfg.critic.enable_resource_pool
     trainer_roles = tuple(s for name, s in states.items() if name != "critic" or colocated_critic)
-    engine = _engine(inputs, _resident(trainer_roles, "gen"))
-    phases = [_phase(inputs, name, "trainer", trainer_roles, engine) for name in STEP_ORDER
+    own_rollout = inputs.cfg.rollout.enable_resource_pool
+    engine = _engine(inputs, () if own_rollout else _resident(trainer_roles, "gen"))
+    phases = [_phase(inputs, name, "trainer", trainer_roles, None if own_rollout else engine) for name in STEP_ORDER
               if name in _trainer_phases(inputs, states, colocated_critic)]
     if "critic" in states and not colocated_critic:
         phases += [_phase(inputs, name, "critic", (states["critic"],), None) for name in ("values", "update_critic")]
+    if own_rollout:
+        phases += _rollout_pool(inputs, engine)
     return MemoryPlan(tuple(phases), host_estimates(inputs, trainer_roles, states.get("critic"), colocated_critic),
                       engine.kv_cache_tokens)
 
 
 def _trainer_phases(inputs: PlanInputs, states: dict[str, RoleState], colocated_critic: bool) -> set[str]:
-    names = {"gen", "old_log_prob", "update_actor", "sync"}
+    names = {"old_log_prob", "update_actor", "sync"} | (set() if inputs.cfg.rollout.enable_resource_pool else {"gen"})
     if inputs.cfg.use_reference:  # a reference of its own, or the LoRA actor without its adapters
         names.add("ref")
     if colocated_critic:
@@ -69,6 +74,8 @@ def _resident(roles: tuple[RoleState, ...], phase: str) -> Parts:
 
 
 def _engine(inputs: PlanInputs, resident: Parts) -> Engine:
+    """On a rollout pool of its own the engine shares its GPU with the rollout worker's process alone, whose memory
+    outside torch is taken to be the trainer process's (its CUDA context and NCCL groups; not calibrated there)."""
     cfg, cal = inputs.cfg, inputs.calibration
     free = (inputs.gpu_bytes - gib(cal.trainer_process_gib) - gib(cal.cuda_context_gib)
             - sum(size for _, size in resident))
@@ -92,28 +99,45 @@ def _phase(inputs: PlanInputs, name: str, pool: str, roles: tuple[RoleState, ...
     return PhaseEstimate(name, pool, base + _resident(roles, name) + _work(inputs, name), inputs.gpu_bytes)
 
 
-def _gen(inputs: PlanInputs, held: Parts, engine: Engine) -> PhaseEstimate:
+def _gen(inputs: PlanInputs, held: Parts, engine: Engine, pool: str = "trainer") -> PhaseEstimate:
     cal, cfg = inputs.calibration, inputs.cfg
     parts = held + (("engine weights", engine.weights), ("engine KV cache", max(engine.kv_cache, 0)),
                     ("engine runtime", gib(cal.engine_runtime_gib)))
     problem = None
     if engine.free_at_start > 0 and engine.kv_cache_tokens < inputs.sequence_tokens:  # else the bytes do not fit
+        leaves = "the trainer leaves" if pool == "trainer" else "its GPU has"
         problem = (f"the engine's share, rollout.gpu_memory_utilization={cfg.rollout.gpu_memory_utilization} of the "
-                   f"{engine.free_at_start / GIB:.1f} GiB the trainer leaves free, holds {engine.kv_cache_tokens} "
+                   f"{engine.free_at_start / GIB:.1f} GiB {leaves} free, holds {engine.kv_cache_tokens} "
                    f"KV-cache tokens beside its weights, fewer than one sequence ({inputs.sequence_tokens})")
-    return PhaseEstimate("gen", "trainer", parts, inputs.gpu_bytes,
+    return PhaseEstimate("gen", pool, parts, inputs.gpu_bytes,
                          note=f"KV cache {engine.kv_cache_tokens:,} tokens", problem=problem)
 
 
-def _sync(inputs: PlanInputs, base: Parts, roles: tuple[RoleState, ...], engine: Engine) -> PhaseEstimate:
-    streaming = base + _resident(roles, "sync") + (("engine weights", engine.weights),
-                                                    ("sync bucket", gib(inputs.calibration.sync_bucket_gib)))
+def _sync(inputs: PlanInputs, base: Parts, roles: tuple[RoleState, ...], engine: Engine | None) -> PhaseEstimate:
+    bucket = ("sync bucket", gib(inputs.calibration.sync_bucket_gib))
+    if engine is None:  # the engines have GPUs of their own: the actor's weights stream out over the bridge
+        return PhaseEstimate("sync", "trainer", base + _resident(roles, "sync") + (bucket,), inputs.gpu_bytes,
+                             note="while the weights stream")
+    streaming = base + _resident(roles, "sync") + (("engine weights", engine.weights), bucket)
     resumed = base + _resident(roles, "gen") + (("engine weights", engine.weights),
                                                  ("engine KV cache", max(engine.kv_cache, 0)),
                                                  ("engine runtime", gib(inputs.calibration.engine_runtime_gib)))
     if sum(s for _, s in streaming) >= sum(s for _, s in resumed):
         return PhaseEstimate("sync", "trainer", streaming, inputs.gpu_bytes, note="while the weights stream")
     return PhaseEstimate("sync", "trainer", resumed, inputs.gpu_bytes, note="once the KV cache resumes")
+
+
+def _rollout_pool(inputs: PlanInputs, engine: Engine) -> list[PhaseEstimate]:
+    """The engines on GPUs of their own keep their memory: while they generate, and while the rollout worker receives
+    a bucket of full tensors over the bridge and hands the engine its slices (fused copies for SGLang's layout)."""
+    cal = inputs.calibration
+    held: Parts = (("rollout worker process", gib(cal.trainer_process_gib)),
+                   ("engine process", gib(cal.released_engine_gib)))
+    gen = _gen(inputs, held, engine, pool="rollout")
+    bucket = gib(cal.sync_bucket_gib)
+    sync = PhaseEstimate("sync", "rollout", gen.parts + (("received bucket", bucket), ("engine-layout copies", bucket)),
+                         inputs.gpu_bytes, note="while the weights arrive")
+    return [gen, sync]
 
 
 def _work(inputs: PlanInputs, phase: str) -> Parts:

@@ -25,7 +25,8 @@ def _header(inputs: PlanInputs, model: str) -> list[str]:
         + f"{_billions(shape.parameters)} parameters",
         f"layout: {trainer.nnodes} node(s) × {trainer.n_gpus_per_node} GPUs; actor TP {mesh.tp} PP {mesh.pp} "
         + f"CP {mesh.cp} DP {mesh.dp} ({per_gpu} parameters per GPU); rollout TP {rollout.tensor_model_parallel_size}, "
-        + f"engine share {rollout.gpu_memory_utilization}",
+        + f"engine share {rollout.gpu_memory_utilization}"
+        + (f", on {cfg.rollout_world_size} GPUs of its own" if rollout.enable_resource_pool else ""),
         f"batch: {cfg.data.train_batch_size} prompts × {rollout.n} responses of {cfg.data.max_prompt_length} + "
         + f"{cfg.data.max_response_length} tokens; recompute {cfg.actor.megatron.recompute_granularity}",
         f"memory: {inputs.gpu_bytes / GIB:.1f} GiB per GPU, {inputs.host_bytes / GIB:.1f} GiB per node",
@@ -70,8 +71,8 @@ def _verdict(plan: MemoryPlan, advice: Advice | None) -> list[str]:
 
 def _label(estimate: PhaseEstimate | HostEstimate) -> str:
     if isinstance(estimate, HostEstimate):
-        return "host/node" if estimate.pool == "trainer" else "host/node (critic)"
-    return estimate.name if estimate.pool == "trainer" else f"{estimate.name} (critic GPUs)"
+        return "host/node" if estimate.pool == "trainer" else f"host/node ({estimate.pool})"
+    return estimate.name if estimate.pool == "trainer" else f"{estimate.name} ({estimate.pool} GPUs)"
 
 
 def _shortfall(estimate: PhaseEstimate | HostEstimate) -> str:

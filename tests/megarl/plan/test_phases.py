@@ -178,6 +178,35 @@ def test_a_critic_with_its_own_gpus_is_planned_there(inputs_for):
     assert [h.pool for h in plan.hosts] == ["trainer", "critic"]
 
 
+def test_engines_with_gpus_of_their_own_are_planned_there(inputs_for):
+    """`rollout.enable_resource_pool`: the trainer's GPUs hold no engine (no gen phase, nothing released beside the
+    trainer's phases, a sync that only streams), and the engine's share is of its own GPU less the rollout worker's
+    process and the engine's context."""
+    # (the transformers engine, which the config lets have GPUs of its own, is planned as SGLang)
+    pool = ["rollout.enable_resource_pool=true", "rollout.n_gpus_per_node=4", "trainer.launcher=ray",
+            "rollout.name=transformers"]
+    colocated, plan = plan_memory(inputs_for(gpu_gib=80.0)), plan_memory(inputs_for(*pool, gpu_gib=80.0))
+    cal = inputs_for(gpu_gib=80.0).calibration
+    assert [p.name for p in plan.phases if p.pool == "rollout"] == ["gen", "sync"]
+    trainer = [p for p in plan.phases if p.pool == "trainer"]
+    assert "gen" not in [p.name for p in trainer] and not any(p.part("released engine") for p in trainer)
+    for phase in trainer:
+        if phase.name != "sync":
+            released = colocated.phase(phase.name).part("released engine")
+            assert phase.total == colocated.phase(phase.name).total - released, phase.name
+    sync = plan.phase("sync")
+    assert {name for name, _ in sync.parts if not name.startswith("actor")} == {"trainer process", "sync bucket"}
+    gen = plan.phase("gen", "rollout")
+    engine = gen.part("engine weights") + gen.part("engine KV cache")
+    taken = gib(cal.trainer_process_gib) + gib(cal.cuda_context_gib)
+    assert engine == pytest.approx(FRACTION * (80 * GIB - taken), abs=1)
+    assert gen.part("engine KV cache") > colocated.phase("gen").part("engine KV cache")  # no trainer state beside it
+    assert plan.phase("sync", "rollout").total == gen.total + 2 * gib(cal.sync_bucket_gib)
+    trainer_host, rollout_host = plan.hosts
+    assert trainer_host.part("engine processes") == 0 and rollout_host.pool == "rollout"
+    assert rollout_host.part("engine processes") == 4 * gib(cal.host_engine_gib)
+
+
 def test_a_lora_actor_trains_only_its_adapters_and_is_its_own_reference(inputs_for):
     """Gradients and optimizer state shrink from the model's P parameters to the adapters' T; the adapters' weights
     join the model's; no reference copy visits the GPU, though its pass remains."""
