@@ -202,18 +202,25 @@ def summary(cfg, hf_config, metrics: list[dict], peak: float | None) -> dict:
             "logprob_mult_error": [s.get("rollout/logprob_mult_error") for s in steps]}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def recipe_run_parser(doc: str, steps: int, work: str) -> argparse.ArgumentParser:
+    """The options of a benchmark that runs a recipe's steps on random weights of a shape (this one, rollout_pool.py):
+    the recipe, the shape, how many steps, more overrides, a work folder, GSM8K's raw files and the rows' file."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recipe", type=Path, required=True)
     parser.add_argument("--shape", required=True, help="a megarl.models.shapes.SHAPES name (random weights)")
-    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=steps)
+    parser.add_argument("--set", nargs="*", default=[], help="more recipe overrides")
+    parser.add_argument("--work", type=Path, default=Path(work))
+    parser.add_argument("--data", type=Path, default=REPO.parent / "shared/data/gsm8k")
+    parser.add_argument("--out", type=Path, required=True)
+    return parser
+
+
+def main() -> int:
+    parser = recipe_run_parser(__doc__, steps=4, work="/tmp/rl_step")
     parser.add_argument("--profile-step", type=int, default=None,
                         help="write that step's traces (trainer.profile_steps)")
     parser.add_argument("--no-baselines", action="store_true", help="skip standalone SGLang and the HF loop")
-    parser.add_argument("--set", nargs="*", default=[], help="more recipe overrides")
-    parser.add_argument("--work", type=Path, default=Path("/tmp/rl_step"))
-    parser.add_argument("--data", type=Path, default=REPO.parent / "shared/data/gsm8k")
-    parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
 
     import torch

@@ -20,7 +20,6 @@ the medians of every `rollout_corr/*` metric.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
@@ -93,15 +92,9 @@ def ahead_summary(steps: list[dict], gen_s: float | None) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--recipe", type=Path, required=True)
-    parser.add_argument("--shape", required=True, help="a megarl.models.shapes.SHAPES name (random weights)")
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--set", nargs="*", default=[], help="more recipe overrides (both runs)")
-    parser.add_argument("--work", type=Path, default=Path("/tmp/rollout_pool"))
-    parser.add_argument("--data", type=Path, default=REPO.parent / "shared/data/gsm8k")
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
+    from rl_step import recipe_run_parser
+
+    args = recipe_run_parser(__doc__, steps=5, work="/tmp/rollout_pool").parse_args()  # --set: both runs
     args.profile_step = None  # rl_step.overrides' options that this benchmark does not take
 
     import torch
