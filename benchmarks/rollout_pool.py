@@ -109,7 +109,8 @@ def main() -> int:
     common = [o for o in overrides(args, model, train, args.work) if not o.startswith("trainer.output_dir=")]
     common.append(REWARD)
     cfg = load_config(args.recipe, common)
-    ahead_ov = [*common, *ahead_overrides(cfg)]
+    split = ahead_overrides(cfg)
+    ahead_ov = [*common, *split]
     ahead_cfg = load_config(args.recipe, ahead_ov)
     stamp = int(time.time())
     colocated = measured(run(args, common, args.work / f"colocated-{stamp}"))
@@ -123,7 +124,7 @@ def main() -> int:
            "command": "python benchmarks/rollout_pool.py " + " ".join(sys.argv[1:]), "model_shape": args.shape,
            "gpus_used": cfg.gpus, "backend": cfg.rollout.name, "batch": cfg.data.train_batch_size, "n": cfg.rollout.n,
            "response_len": cfg.data.max_response_length, "colocated": run_summary(colocated),
-           "ahead": ahead_summary(ahead, gen_s), "ahead_overrides": ahead_overrides(cfg)}
+           "ahead": ahead_summary(ahead, gen_s), "ahead_overrides": split}
     row["ahead_vs_colocated"] = row["ahead"]["tokens_per_s_per_gpu"] / row["colocated"]["tokens_per_s_per_gpu"]
     return append_row(args.out, row, 0, "")
 

@@ -65,7 +65,7 @@ class WeightBridge:
     def _broadcast(self, tensor: torch.Tensor, group=None) -> None:
         options = dist.BroadcastOptions()
         options.rootRank = 0
-        (group or self.payload).broadcast([tensor], options).wait()
+        (self.payload if group is None else group).broadcast([tensor], options).wait()
 
     def _broadcast_object(self, value):
         payload = torch.frombuffer(bytearray(pickle.dumps(value)), dtype=torch.uint8) if self.rank == 0 else None
