@@ -52,7 +52,3 @@ def _check_own_pool(cfg: MegaRLConfig, problems: list[str]) -> None:
     if rollout.tensor_model_parallel_size >= 1 and rollout.n_gpus_per_node % rollout.tensor_model_parallel_size:
         problems.append(f"rollout.tensor_model_parallel_size={rollout.tensor_model_parallel_size} must divide "
                         f"rollout.n_gpus_per_node={rollout.n_gpus_per_node} (an engine's GPUs are on one node)")
-    if rollout.name == "sglang":
-        problems.append("rollout.enable_resource_pool=true with SGLang awaits its two-GPU check "
-                        "(tests/gpu/test_rollout_pool_gpu.py): keep SGLang beside the actor "
-                        "(rollout.enable_resource_pool=false), or give the pool rollout.name=transformers")

@@ -242,7 +242,7 @@ def test_rollout_engines_on_a_pool_of_their_own():
     assert "cannot be shared among the 2 rollout engines" in one_problem(*own_pool, "data.train_batch_size=3",
                                                                          "actor.ppo_mini_batch_size=1")
     assert "needs trainer.launcher=ray" in one_problem(*own_pool, "trainer.launcher=torchrun")
-    assert "SGLang awaits its two-GPU check" in one_problem(*own_pool[1:])
+    assert load_config(overrides=["rollout.name=sglang", *own_pool[1:], "trainer.staleness=1"]).gpus == 3
 
 
 @pytest.mark.parametrize("override, message", [
