@@ -8,9 +8,9 @@ the trainer's (`rollout/logprob_mult_error`, bf16 on both sides). A step ahead (
 samples with the weights before the last step, and the same comparison must show it: what makes the first check
 one of the sync and not of weights that never moved.
 
-The config refuses SGLang on a pool of its own (megarl/config/rollout_validate.py) until this test has passed: its
-first run (2026-11-26, benchmarks/results/2026-11-26-rollout-pool-gpu.json) stopped at step 2 on engine log-probs
-from a prefix cache of the old weights, since flushed after every sync; lift the refusal to run it again.
+Its first run (2026-11-26, benchmarks/results/2026-11-26-rollout-pool-gpu.json) stopped at step 2 on engine
+log-probs from a prefix cache of the old weights; the engine has flushed it after every sync since, and the re-run
+passed (same file).
 
 Rows for benchmarks/results/ go to $MEGARL_RESULTS_DIR/rollout_pool_gpu.json when it is set."""
 
