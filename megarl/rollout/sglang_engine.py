@@ -12,12 +12,14 @@ group, to the owner. Memory is released with `torch_memory_saver` (`enable_memor
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import re
 import signal
 import threading
+import weakref
 from contextlib import contextmanager
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 import torch.distributed as dist
@@ -56,6 +58,22 @@ def fuse_for_sglang(parts: list) -> list[tuple[str, torch.Tensor]]:
     return out
 
 
+# SGLang pickles its arguments, the SIGQUIT handler among them, into its scheduler processes: a bound method would
+# take the engine along, its process group included (which does not pickle), so the handler names the engine by id.
+_ENGINES: weakref.WeakValueDictionary[int, SGLangEngine] = weakref.WeakValueDictionary()
+
+
+def _on_child_died(engine_id: int, signum, frame) -> None:
+    if (engine := _ENGINES.get(engine_id)) is not None:
+        engine._child_died(signum, frame)
+
+
+def sigquit_handler(engine: SGLangEngine) -> Callable:
+    """`engine._child_died`, as a handler that pickles whatever the engine holds."""
+    _ENGINES[id(engine)] = engine
+    return functools.partial(_on_child_died, id(engine))
+
+
 @ROLLOUT_BACKENDS.register("sglang")
 class SGLangEngine(RolloutEngine):
     def __init__(self, model_path: str, *, engine_ranks: Sequence[int], local_devices: Sequence[int], group=None,
@@ -86,7 +104,7 @@ class SGLangEngine(RolloutEngine):
                 model_path=model_path, tp_size=tp, base_gpu_id=local_devices[0], gpu_id_step=step,
                 mem_fraction_static=mem_fraction_static, enable_memory_saver=True, skip_tokenizer_init=True,
                 dtype=dtype, random_seed=seed, port=free_port(), log_level="error",
-                custom_sigquit_handler=self._child_died,
+                custom_sigquit_handler=sigquit_handler(self),
             )
             args.update(engine_kwargs or {})
             # Under torchrun this variable makes every process group rendezvous through torchrun's store, which
@@ -94,7 +112,7 @@ class SGLangEngine(RolloutEngine):
             agent_store = os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
             sigterm = signal.getsignal(signal.SIGTERM)  # megarl's stop (recipe_command), or the default
             try:
-                self.engine = sglang.Engine(**args)  # pickles `self` (the SIGQUIT handler's) for its processes
+                self.engine = sglang.Engine(**args)
             finally:
                 if agent_store is not None:
                     os.environ["TORCHELASTIC_USE_AGENT_STORE"] = agent_store

@@ -1,4 +1,5 @@
-"""SGLang's per-rank parameter layout from the reshard layer's HF-named slices (no SGLang needed)."""
+"""SGLang's per-rank parameter layout from the reshard layer's HF-named slices, and the engine's signal handler
+(no SGLang needed)."""
 
 import pytest
 import torch
@@ -26,3 +27,27 @@ def test_qkv_and_gate_up_are_fused_in_sglang_order():
 def test_a_fused_parameter_split_across_buckets_is_an_error():
     with pytest.raises(ValueError, match="incomplete fused parameters"):
         fuse_for_sglang([("model.layers.0.self_attn.q_proj.weight", torch.zeros(1), 0)])
+
+
+def test_the_sigquit_handler_pickles_whatever_the_engine_holds():
+    """SGLang pickles its SIGQUIT handler into its scheduler processes; an engine of several GPUs holds a process
+    group, which does not pickle (a bound method as handler failed SGLang's start at rollout TP 2)."""
+    import pickle
+    import threading
+
+    from megarl.rollout.sglang_engine import sigquit_handler
+
+    class Engine:
+        def __init__(self):
+            self.group, self.signals = threading.Lock(), []  # a lock: unpicklable, as a ProcessGroup
+
+        def _child_died(self, signum, frame):
+            self.signals.append(signum)
+
+    engine = Engine()
+    handler = sigquit_handler(engine)
+    pickle.loads(pickle.dumps(handler))(3, None)  # names the same engine (in a scheduler process, none: a no-op)
+    handler(3, None)
+    assert engine.signals == [3, 3]
+    del engine
+    handler(3, None)  # the handler does not keep an engine alive, and one gone is nothing to mark
