@@ -24,12 +24,12 @@ import json
 import os
 import subprocess
 import sys
-import signal
 import threading
 import time
 from pathlib import Path
 
 from gpu_cap import Ballast, hold_all_but
+from recipe_process import run_logged
 
 from megarl.plan.machine import gpu_memory_gib, host_memory_gib
 
@@ -119,18 +119,11 @@ def run(args, gpus: int, overrides: list[str], ballast: Ballast | None) -> tuple
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     if args.alloc_conf:
         env["PYTORCH_CUDA_ALLOC_CONF"] = args.alloc_conf
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=args.time_limit)
-        code: int | str = proc.returncode
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        stdout, stderr = proc.communicate()
-        code = "timeout"
+    out_dir = Path(next(o.split("=", 1)[1] for o in overrides if o.startswith("trainer.output_dir=")))
+    code, tail = run_logged(cmd, out_dir / "run.log", env, REPO, args.time_limit)
     sampler.stopped.set()
     sampler.join()
-    return code, stdout[-3000:] + stderr[-8000:], {"peaks": sampler.peaks, "process_peaks": sampler.process_peaks}
+    return code, tail, {"peaks": sampler.peaks, "process_peaks": sampler.process_peaks}
 
 
 def summarise(metrics: list[dict], ballast_gb: float) -> dict:

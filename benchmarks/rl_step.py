@@ -25,10 +25,11 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from recipe_process import run_logged
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -66,11 +67,15 @@ def run_steps(args, cfg, ov: list[str]) -> list[dict]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(cfg.trainer.n_gpus_per_node),
            "-m", "megarl.train", "--recipe", str(args.recipe), *ov]
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        print(proc.stdout[-3000:] + proc.stderr[-8000:])
-        raise SystemExit(proc.returncode)
     out_dir = Path(next(o.split("=", 1)[1] for o in ov if o.startswith("trainer.output_dir=")))
+    return finished_run(*run_logged(cmd, out_dir / "run.log", env, REPO, args.time_limit), out_dir)
+
+
+def finished_run(code: int | str, tail: str, out_dir: Path) -> list[dict]:
+    """The metrics of a run that ended well; else its output's tail, and this script stops."""
+    if code != 0:
+        print(tail)
+        raise SystemExit(f"the run in {out_dir} ended with {code} (its whole output: {out_dir / 'run.log'})")
     return [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
 
 
@@ -213,6 +218,7 @@ def recipe_run_parser(doc: str, steps: int, work: str) -> argparse.ArgumentParse
     parser.add_argument("--work", type=Path, default=Path(work))
     parser.add_argument("--data", type=Path, default=REPO.parent / "shared/data/gsm8k")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--time-limit", type=float, help="stop a run after this many seconds (an error)")
     return parser
 
 

@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from recipe_process import run_logged
+
 REPO = Path(__file__).resolve().parents[1]
 REWARD = f"reward.function={REPO / 'benchmarks/decoded_length_reward.py'}:compute_score"
 # What the step does once its responses are there, the sync to the engines included.
@@ -47,16 +49,12 @@ def ahead_overrides(cfg) -> list[str]:
 
 
 def run(args, ov: list[str], out_dir: Path) -> list[dict]:
-    import subprocess
+    from rl_step import finished_run
 
     cmd = [sys.executable, "-m", "megarl.train", "--recipe", str(args.recipe), *ov, f"trainer.output_dir={out_dir}"]
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            "RAY_AUTH_MODE": "disabled"}
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        print(proc.stdout[-3000:] + proc.stderr[-8000:])
-        raise SystemExit(proc.returncode)
-    return [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
+    return finished_run(*run_logged(cmd, out_dir / "run.log", env, REPO, args.time_limit), out_dir)
 
 
 def measured(metrics: list[dict]) -> list[dict]:

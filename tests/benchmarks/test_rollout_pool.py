@@ -17,18 +17,16 @@ RECIPE = REPO_ROOT / "recipes/qwen3_0_6b_grpo_gsm8k.yaml"
 
 
 def test_the_ahead_run_splits_the_recipes_gpus_and_validates():
-    # (the transformers engine: the config still refuses SGLang on a pool of its own)
-    cfg = load_config(RECIPE, ["rollout.name=transformers"])
+    cfg = load_config(RECIPE)
     assert cfg.trainer.n_gpus_per_node == 2 and cfg.actor.megatron.tensor_model_parallel_size == 2
-    ahead = load_config(RECIPE, ["rollout.name=transformers", *ahead_overrides(cfg)])
+    ahead = load_config(RECIPE, ahead_overrides(cfg))
     assert (ahead.world_size, ahead.rollout_world_size, ahead.gpus) == (1, 1, 2)
     assert ahead.actor.megatron.tensor_model_parallel_size == ahead.rollout.tensor_model_parallel_size == 1
     assert ahead.trainer.staleness == 1 and ahead.algorithm.rollout_correction.rollout_is == "token"
-    own = load_config(RECIPE, ["rollout.name=transformers", "algorithm.rollout_correction.rollout_rs=token"])
+    own = load_config(RECIPE, ["algorithm.rollout_correction.rollout_rs=token"])
     assert not any(o.startswith("algorithm.rollout_correction") for o in ahead_overrides(own))
     with pytest.raises(SystemExit, match="give it 2 or more"):
-        ahead_overrides(load_config(RECIPE, ["rollout.name=transformers", "trainer.n_gpus_per_node=1",
-                                             "actor.megatron.tensor_model_parallel_size=1",
+        ahead_overrides(load_config(RECIPE, ["trainer.n_gpus_per_node=1", "actor.megatron.tensor_model_parallel_size=1",
                                              "rollout.tensor_model_parallel_size=1"]))
 
 
