@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -37,11 +38,24 @@ def measured_rows(files: list[Path]):
                 yield row
 
 
+def recipe_at(commit: str, recipe: str, work: Path) -> Path:
+    """The recipe as the run had it (the file at the row's commit), so a later edit of the recipe does not move the
+    comparison; this checkout's file when that commit is not in this clone."""
+    sha = commit.split()[0]
+    shown = subprocess.run(["git", "show", f"{sha}:{recipe}"], cwd=REPO, capture_output=True, text=True)
+    if shown.returncode != 0:
+        return REPO / recipe
+    path = work / "recipes" / sha / Path(recipe).name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(shown.stdout)
+    return path
+
+
 def run_config(row: dict):
-    """The run's loaded config and its rl_memory options, from the recorded command."""
+    """The run's loaded config and its rl_memory options, from the recorded command and commit."""
     args = memory_args(shlex.split(row["command"])[2:])
     overrides = recipe_overrides(args, args.work / "model", args.work / "train.parquet", args.work / "run")
-    return load_config(str(REPO / args.recipe), overrides), args
+    return load_config(str(recipe_at(row["commit"], args.recipe, args.work)), overrides), args
 
 
 def compare(row: dict) -> list[str]:
