@@ -21,7 +21,6 @@ the medians of every `rollout_corr/*` metric.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import sys
 import time

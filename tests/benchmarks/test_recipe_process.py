@@ -3,6 +3,7 @@ children that outlive it included, without waiting on them."""
 
 import sys
 import time
+from pathlib import Path
 
 from tests.helpers import REPO_ROOT
 
@@ -25,3 +26,31 @@ def test_a_time_limit_kills_the_session_a_child_included(tmp_path):
     assert time.monotonic() - start < 10
     time.sleep(0.5)
     assert "late" not in (tmp_path / "run.log").read_text()
+
+
+def test_a_stopped_benchmark_takes_its_run_along(tmp_path):
+    """`timeout` stops the benchmark with SIGTERM; its run, in a session of its own, must not live on."""
+    import signal
+    import subprocess
+
+    pid_file = tmp_path / "run.pid"
+    benchmark = (f"import sys; sys.path.insert(0, {str(REPO_ROOT / 'benchmarks')!r})\n"
+                 "from pathlib import Path\nfrom recipe_process import run_logged\n"
+                 f"run_logged(['bash', '-c', 'echo $$ > {pid_file}; sleep 60'], Path({str(tmp_path / 'run.log')!r}), "
+                 f"{{}}, Path({str(tmp_path)!r}))\n")
+    proc = subprocess.Popen([sys.executable, "-c", benchmark])
+    deadline = time.monotonic() + 20
+    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    run_pid = int(pid_file.read_text())
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 128 + signal.SIGTERM
+    assert not running(run_pid), "the run outlived the benchmark"
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie waiting to be reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
