@@ -31,8 +31,8 @@ def run_logged(cmd: list[str], log: Path, env: dict, cwd: Path, time_limit: floa
         except subprocess.TimeoutExpired:
             code = "timeout"
         finally:
-            if main:
-                signal.signal(signal.SIGTERM, previous)
+            if main:  # None: a handler installed outside Python, which cannot be put back from here
+                signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
