@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from gpu_cap import Ballast, hold_all_but
-from recipe_process import run_logged
+from recipe_process import output_dir, run_logged
 
 from megarl.plan.machine import gpu_memory_gib, host_memory_gib
 
@@ -116,11 +116,8 @@ def run(args, gpus: int, overrides: list[str], ballast: Ballast | None) -> tuple
            "--recipe", str(REPO / args.recipe), *overrides]
     sampler = DeviceSampler(ballast.pids if ballast else set())
     sampler.start()
-    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    if args.alloc_conf:
-        env["PYTORCH_CUDA_ALLOC_CONF"] = args.alloc_conf
-    out_dir = Path(next(o.split("=", 1)[1] for o in overrides if o.startswith("trainer.output_dir=")))
-    code, tail = run_logged(cmd, out_dir / "run.log", env, REPO, args.time_limit)
+    env = {"PYTORCH_CUDA_ALLOC_CONF": args.alloc_conf} if args.alloc_conf else {}
+    code, tail = run_logged(cmd, output_dir(overrides), args.time_limit, env)
     sampler.stopped.set()
     sampler.join()
     return code, tail, {"peaks": sampler.peaks, "process_peaks": sampler.process_peaks}

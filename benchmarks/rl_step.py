@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import sys
 import time
 from pathlib import Path
 
-from recipe_process import run_logged
+from recipe_process import finished_run, output_dir, run_logged
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -66,17 +65,8 @@ def overrides(args, model: Path, train: Path, out_dir: Path) -> list[str]:
 def run_steps(args, cfg, ov: list[str]) -> list[dict]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(cfg.trainer.n_gpus_per_node),
            "-m", "megarl.train", "--recipe", str(args.recipe), *ov]
-    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    out_dir = Path(next(o.split("=", 1)[1] for o in ov if o.startswith("trainer.output_dir=")))
-    return finished_run(*run_logged(cmd, out_dir / "run.log", env, REPO, args.time_limit), out_dir)
-
-
-def finished_run(code: int | str, tail: str, out_dir: Path) -> list[dict]:
-    """The metrics of a run that ended well; else its output's tail, and this script stops."""
-    if code != 0:
-        print(tail)
-        raise SystemExit(f"the run in {out_dir} ended with {code} (its whole output: {out_dir / 'run.log'})")
-    return [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
+    out_dir = output_dir(ov)
+    return finished_run(*run_logged(cmd, out_dir, args.time_limit), out_dir)
 
 
 def median(values: list[float]) -> float:

@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from recipe_process import run_logged
+from recipe_process import finished_run, run_logged
 
 REPO = Path(__file__).resolve().parents[1]
 REWARD = f"reward.function={REPO / 'benchmarks/decoded_length_reward.py'}:compute_score"
@@ -48,12 +48,8 @@ def ahead_overrides(cfg) -> list[str]:
 
 
 def run(args, ov: list[str], out_dir: Path) -> list[dict]:
-    from rl_step import finished_run
-
     cmd = [sys.executable, "-m", "megarl.train", "--recipe", str(args.recipe), *ov, f"trainer.output_dir={out_dir}"]
-    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "RAY_AUTH_MODE": "disabled"}
-    return finished_run(*run_logged(cmd, out_dir / "run.log", env, REPO, args.time_limit), out_dir)
+    return finished_run(*run_logged(cmd, out_dir, args.time_limit, {"RAY_AUTH_MODE": "disabled"}), out_dir)
 
 
 def measured(metrics: list[dict]) -> list[dict]:
