@@ -8,8 +8,9 @@
    which is what generation costs the ahead run when nothing overlaps it.
 
 Both runs use Ray, random weights of --shape and a reward that varies with the response (so the weights move and the
-lag shows in `rollout_corr/*`). Medians are over the steps after the first. The row (`what: rollout-pool`) gives
-each run's step time and tokens/s/GPU (every GPU the run holds), the ahead run's time waiting for the engines, its
+lag shows in `rollout_corr/*`). Medians are over the steps after the first (in the ahead run, also before the last,
+which has no generation beside it). The row (`what: rollout-pool`) gives each run's step time and tokens/s/GPU (every
+GPU the run holds), the ahead run's time waiting for the engines (for the responses, and before the sync), its
 training time (every phase after the responses arrived, the weight sync included) and its overlap efficiency,
 step ÷ max(generation, training), where 1 is perfect overlap; the cross-pool sync's time and bytes per step; and
 the medians of every `rollout_corr/*` metric.
@@ -52,10 +53,14 @@ def run(args, ov: list[str], out_dir: Path) -> list[dict]:
     return finished_run(*run_logged(cmd, out_dir, args.time_limit, {"RAY_AUTH_MODE": "disabled"}), out_dir)
 
 
-def measured(metrics: list[dict]) -> list[dict]:
-    steps = [m for m in metrics if m.get("step", 0) > 1]
+def measured(metrics: list[dict], drained: int = 0) -> list[dict]:
+    """The steps after the first (which compiles and warms up), less the last `drained`: a step ahead, the last step
+    has no generation in flight beside it and is shorter than the rest."""
+    last = max((m.get("step", 0) for m in metrics), default=0)
+    steps = [m for m in metrics if 1 < m.get("step", 0) <= last - drained]
     if not steps:
-        raise SystemExit("--steps must leave a step after the first (which compiles and warms up)")
+        raise SystemExit(f"--steps must leave a step after the first (which compiles and warms up)"
+                         f"{' and before the last (which generates nothing ahead)' if drained else ''}")
     return steps
 
 
@@ -75,7 +80,8 @@ def ahead_summary(steps: list[dict], gen_s: float | None) -> dict:
     row = run_summary(steps)
     phases = row["phases_s"]
     training = sum(phases.get(name, 0.0) for name in TRAINING)
-    row.update({"wait_for_gen_s": phases["gen"], "training_s": training, "gen_alone_s": gen_s,
+    waiting = phases["gen"] + phases.get("sync_wait", 0.0)  # for the responses, and for the engines before the sync
+    row.update({"wait_for_gen_s": waiting, "training_s": training, "gen_alone_s": gen_s,
                 "overlap_efficiency": row["step_s_median"] / max(gen_s, training) if gen_s else None,
                 "sync_s": phases["update_weights"],
                 "sync_gb": median([s["update_weights/bytes_sent_gb"] for s in steps]),
@@ -107,7 +113,7 @@ def main() -> int:
     ahead_cfg = load_config(args.recipe, ahead_ov)
     stamp = int(time.time())
     colocated = measured(run(args, common, args.work / f"colocated-{stamp}"))
-    ahead = measured(run(args, ahead_ov, args.work / f"ahead-{stamp}"))
+    ahead = measured(run(args, ahead_ov, args.work / f"ahead-{stamp}"), drained=1)
     gen_s = None
     if torch.cuda.is_available():  # the engine alone, on the rollout half's GPUs
         prompts = prompt_ids(ahead_cfg, model, train, ahead_cfg.data.train_batch_size)

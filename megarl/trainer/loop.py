@@ -11,10 +11,10 @@ The tensor work runs in the workers (megarl/workers); what the driver does betwe
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from megarl.algorithms import make_kl_controller
 from megarl.config.schema import MegaRLConfig
@@ -60,6 +60,11 @@ def timed(metrics: dict, name: str, windows: dict | None = None):
         windows[name] = (windows.get(name, (wall_start,))[0], time.time())
 
 
+def untimed(name: str):
+    """A phase outside any step (the sync after a checkpoint's load): not timed."""
+    return nullcontext()
+
+
 @dataclass
 class Roles:
     """The driver's handles on the recipe's roles (controller worker groups); the critic, the reference and the
@@ -72,12 +77,18 @@ class Roles:
     reward_model: Optional[Any] = None
     sender: Optional[Any] = None  # the actor's end of the weight bridge, when the engines have GPUs of their own
 
-    def sync_weights(self) -> dict[str, float]:
-        """The actor's weights into the engines: through the reshard layer beside it, or over the bridge."""
-        if self.sender is None:
-            return self.rollout.sync_weights()
-        sent, received = self.sender.send_weights.submit(), self.rollout.receive_weights.submit()
-        return {**sent.result(), **received.result()}
+    def sync_weights(self, phase: Callable = untimed) -> dict[str, float]:
+        """The actor's weights into the engines: through the reshard layer beside it (`update_weights`), or over the
+        bridge. Each rollout rank runs its calls in order, so engines on a pool of their own first finish the
+        generation in flight (`sync_wait`, which is not the sync's time)."""
+        if self.sender is not None:
+            with phase("sync_wait"):
+                self.rollout.idle()
+        with phase("update_weights"):
+            if self.sender is None:
+                return self.rollout.sync_weights()
+            sent, received = self.sender.send_weights.submit(), self.rollout.receive_weights.submit()
+            return {**sent.result(), **received.result()}
 
 
 def spawn_roles(cluster, cfg: MegaRLConfig, steps: int) -> Roles:
@@ -165,8 +176,7 @@ class RLStep:
                 if self.pretraining is not None:  # PPO-ptx
                     update = batch.union(pretraining_columns(next(self.pretraining), len(batch)))
                 metrics.update(roles.actor.update_actor(update)[0])
-        with phase("update_weights"):
-            metrics.update(roles.sync_weights())
+        metrics.update(roles.sync_weights(phase))
         metrics["rollout/engine_restarts"] = roles.rollout.restarts
         return batch, {**metrics, **reward_metrics, **kl_metrics, **gate, **self.memory(windows)}
 

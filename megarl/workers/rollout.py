@@ -106,6 +106,10 @@ class RolloutWorker(Worker):
             self.scorer.close()
 
     @worker_method()
+    def idle(self) -> None:
+        """Nothing: the call returns once every call sent to the rollout ranks before it has run."""
+
+    @worker_method()
     def release(self) -> None:
         """Give the engine's memory to training."""
         self.engine.release_memory(MEMORY_TAGS)

@@ -9,7 +9,7 @@ import pytest
 from tests.helpers import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-from rollout_pool import ahead_overrides, ahead_summary, run_summary  # noqa: E402
+from rollout_pool import ahead_overrides, ahead_summary, measured, run_summary  # noqa: E402
 
 from megarl.config import load_config  # noqa: E402
 
@@ -30,9 +30,9 @@ def test_the_ahead_run_splits_the_recipes_gpus_and_validates():
                                              "rollout.tensor_model_parallel_size=1"]))
 
 
-def step(seconds: float, gen: float) -> dict:
+def step(seconds: float, gen: float, sync_wait: float = 0.0) -> dict:
     phases = {"gen": gen, "reward": 0.1, "old_log_prob": 0.5, "ref": 0.4, "adv": 0.0, "update_actor": 1.0,
-              "update_weights": 0.05}
+              "sync_wait": sync_wait, "update_weights": 0.05}
     return {"timing_s/step": seconds, "perf/throughput": 100.0 / seconds, "update_weights/bytes_sent_gb": 1.2,
             "rollout_corr/staleness": 1.0, "rollout_corr/rollout_is_mean": 1.01,
             **{f"timing_s/{name}": value for name, value in phases.items()}}
@@ -48,3 +48,19 @@ def test_overlap_efficiency_is_the_step_over_the_larger_of_generation_and_traini
     assert row["sync_s"] == 0.05 and row["sync_gb"] == 1.2
     assert row["rollout_corr"] == {"rollout_corr/staleness": 1.0, "rollout_corr/rollout_is_mean": 1.01}
     assert run_summary(steps)["tokens_per_s_per_gpu"] == pytest.approx(100 / 2.2)
+
+
+def test_waiting_for_the_engines_before_the_sync_is_neither_training_nor_the_sync():
+    steps = [step(6.2, 0.1, sync_wait=4.0), step(6.3, 0.2, sync_wait=4.1), step(6.1, 0.0, sync_wait=3.9)]
+    row = ahead_summary(steps, gen_s=6.0)
+    assert row["training_s"] == pytest.approx(2.05) and row["sync_s"] == 0.05
+    assert row["wait_for_gen_s"] == pytest.approx(0.1 + 4.0)
+    assert row["overlap_efficiency"] == pytest.approx(6.2 / 6.0)
+
+
+def test_the_ahead_runs_last_step_which_generates_nothing_ahead_is_left_out():
+    metrics = [{"step": k} for k in range(1, 5)]
+    assert [m["step"] for m in measured(metrics)] == [2, 3, 4]
+    assert [m["step"] for m in measured(metrics, drained=1)] == [2, 3]
+    with pytest.raises(SystemExit, match="before the last"):
+        measured(metrics[:2], drained=1)

@@ -6,7 +6,11 @@ step t − 1, and a resumed run sends the prompts that were in flight again."""
 
 import json
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
+from megarl.trainer.loop import Roles, timed
 from tests.helpers import overrides, read_metrics, run_command
 
 POOL = ["rollout.enable_resource_pool=true", "rollout.n_gpus_per_node=1", "trainer.n_gpus_per_node=1"]
@@ -71,6 +75,39 @@ def test_engines_on_their_own_gpus_train_as_colocated_ones_in_turn(setup, tmp_pa
     assert comparable(pooled) == comparable(colocated)
     assert [s["actor/grad_norm"] > 0 for s in pooled] == [True] * 3  # the weights move: the sync carries them
     assert all(s["update_weights/bytes_sent_gb"] > 0 and "update_weights/receive_s" in s for s in pooled)
+    assert all("timing_s/sync_wait" in s for s in pooled) and not any("timing_s/sync_wait" in s for s in colocated)
+
+
+class Call:
+    def __init__(self, pool: ThreadPoolExecutor, method):
+        self.pool, self.method = pool, method
+
+    def submit(self):
+        return self.pool.submit(self.method)
+
+    def __call__(self):
+        return self.submit().result()
+
+
+class Ranks:
+    """Worker handles in miniature: one thread runs a role's calls in the order they come, as a worker rank does."""
+
+    def __init__(self, **methods):
+        pool = ThreadPoolExecutor(1)
+        for name, method in methods.items():
+            setattr(self, name, Call(pool, method))
+
+
+def test_the_sync_after_a_generation_in_flight_times_its_wait_apart():
+    rollout = Ranks(generate=lambda: time.sleep(0.5), idle=lambda: None,
+                    receive_weights=lambda: {"update_weights/receive_s": 0.01})
+    sender = Ranks(send_weights=lambda: {"update_weights/stream_s": 0.01})
+    roles = Roles(actor=None, rollout=rollout, sender=sender)
+    rollout.generate.submit()  # the next step's generation, ahead
+    metrics = {}
+    metrics.update(roles.sync_weights(partial(timed, metrics)))
+    assert metrics["timing_s/sync_wait"] >= 0.4 and metrics["timing_s/update_weights"] < 0.2
+    assert metrics["update_weights/receive_s"] == 0.01
 
 
 def prompts_of(out, step):
