@@ -27,6 +27,14 @@ class Calibration:
     # cuBLAS's buffers. Measured: the process's nvidia-smi peak less its peak torch reservation, 2.7-2.8 GiB in all
     # seven runs. It is there before the engine starts, so the engine's share of free memory is computed without it.
     trainer_process_gib: float = 2.8
+    # On more than one GPU, NCCL's communicators (and in SGLang also its custom all-reduce buffers and its graphs'
+    # collectives) hold memory outside torch's allocator in each process. Measured at tensor parallel 2 on two H100s
+    # (benchmarks/results/2026-11-26-memory.json, Qwen3-8B shapes of 18 and 36 layers): after the engine's release
+    # the device less the trainer's reservation was 7.2 and 7.5 GiB against 4.4-5.0 on one GPU; nvidia-smi's process
+    # peaks put 0.6-0.8 GiB of the rise in the trainer's process and 1.6 GiB in the engine's. Data-parallel-only
+    # layouts were not measured apart.
+    trainer_collectives_gib: float = 0.7
+    engine_collectives_gib: float = 1.6
     # The SGLang engine process's CUDA context (with what it allocates before measuring free memory): what it takes
     # from the free memory its share is a fraction of. Not measured apart from its released footprint.
     cuda_context_gib: float = 0.75
@@ -50,3 +58,11 @@ class Calibration:
     host_engine_gib: float = 2.0
     # The driver, on the first node only: the dataset, the tokenizer, Ray's head processes.
     host_driver_gib: float = 4.0
+
+    def trainer_process(self, gpus: int) -> int:
+        """A worker process's bytes outside torch's allocator, in a world of `gpus` GPUs."""
+        return gib(self.trainer_process_gib + (self.trainer_collectives_gib if gpus > 1 else 0.0))
+
+    def released_engine(self, tensor_parallel: int) -> int:
+        """A released engine process's bytes, its engine of `tensor_parallel` GPUs."""
+        return gib(self.released_engine_gib + (self.engine_collectives_gib if tensor_parallel > 1 else 0.0))

@@ -49,11 +49,13 @@ def plan_memory(inputs: PlanInputs) -> MemoryPlan:
     colocated_critic = "critic" in states and not inputs.cfg.critic.enable_resource_pool
     trainer_roles = tuple(s for name, s in states.items() if name != "critic" or colocated_critic)
     own_rollout = inputs.cfg.rollout.enable_resource_pool
+    cfg = inputs.cfg
     engine = _engine(inputs, () if own_rollout else _resident(trainer_roles, "gen"))
-    phases = [_phase(inputs, name, "trainer", trainer_roles, None if own_rollout else engine) for name in STEP_ORDER
-              if name in _trainer_phases(inputs, states, colocated_critic)]
+    phases = [_phase(inputs, name, "trainer", trainer_roles, None if own_rollout else engine, cfg.world_size)
+              for name in STEP_ORDER if name in _trainer_phases(inputs, states, colocated_critic)]
     if "critic" in states and not colocated_critic:
-        phases += [_phase(inputs, name, "critic", (states["critic"],), None) for name in ("values", "update_critic")]
+        phases += [_phase(inputs, name, "critic", (states["critic"],), None, cfg.critic_world_size)
+                   for name in ("values", "update_critic")]
     if own_rollout:
         phases += _rollout_pool(inputs, engine)
     return MemoryPlan(tuple(phases), host_estimates(inputs, trainer_roles, states.get("critic"), colocated_critic),
@@ -77,7 +79,8 @@ def _engine(inputs: PlanInputs, resident: Parts) -> Engine:
     """On a rollout pool of its own the engine shares its GPU with the rollout worker's process alone, whose memory
     outside torch is taken to be the trainer process's (its CUDA context and NCCL groups; not calibrated there)."""
     cfg, cal = inputs.cfg, inputs.calibration
-    free = (inputs.gpu_bytes - gib(cal.trainer_process_gib) - gib(cal.cuda_context_gib)
+    gpus = cfg.rollout_world_size if cfg.rollout.enable_resource_pool else cfg.world_size
+    free = (inputs.gpu_bytes - cal.trainer_process(gpus) - gib(cal.cuda_context_gib)
             - sum(size for _, size in resident))
     share = int(cfg.rollout.gpu_memory_utilization * max(free, 0))
     tp = cfg.rollout.tensor_model_parallel_size
@@ -87,11 +90,12 @@ def _engine(inputs: PlanInputs, resident: Parts) -> Engine:
 
 
 def _phase(inputs: PlanInputs, name: str, pool: str, roles: tuple[RoleState, ...],
-           engine: Engine | None) -> PhaseEstimate:
+           engine: Engine | None, gpus: int) -> PhaseEstimate:
+    """`gpus`: the pool's world, whose size decides the process's collectives."""
     cal = inputs.calibration
-    base: Parts = (("trainer process", gib(cal.trainer_process_gib)),)
+    base: Parts = (("trainer process", cal.trainer_process(gpus)),)
     if engine:
-        base += (("released engine", gib(cal.released_engine_gib)),)
+        base += (("released engine", cal.released_engine(inputs.cfg.rollout.tensor_model_parallel_size)),)
     if name == "gen":
         return _gen(inputs, base + _resident(roles, "gen"), engine)
     if name == "sync":
@@ -130,9 +134,9 @@ def _sync(inputs: PlanInputs, base: Parts, roles: tuple[RoleState, ...], engine:
 def _rollout_pool(inputs: PlanInputs, engine: Engine) -> list[PhaseEstimate]:
     """The engines on GPUs of their own keep their memory: while they generate, and while the rollout worker receives
     a bucket of full tensors over the bridge and hands the engine its slices (fused copies for SGLang's layout)."""
-    cal = inputs.calibration
-    held: Parts = (("rollout worker process", gib(cal.trainer_process_gib)),
-                   ("engine process", gib(cal.released_engine_gib)))
+    cal, cfg = inputs.calibration, inputs.cfg
+    held: Parts = (("rollout worker process", cal.trainer_process(cfg.rollout_world_size)),
+                   ("engine process", cal.released_engine(cfg.rollout.tensor_model_parallel_size)))
     gen = _gen(inputs, held, engine, pool="rollout")
     bucket = gib(cal.sync_bucket_gib)
     sync = PhaseEstimate("sync", "rollout", gen.parts + (("received bucket", bucket), ("engine-layout copies", bucket)),

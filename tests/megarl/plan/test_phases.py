@@ -98,13 +98,29 @@ def test_the_engine_takes_its_fraction_of_what_the_trainer_leaves_free(inputs_fo
     gen = plan.phase("gen")
     resident = sum(size for name, size in gen.parts if name.startswith(("actor", "reference", "critic")))
     # Free when the engine measures it: less the trainer process's memory outside torch and the engine's context.
-    taken = gib(cal.trainer_process_gib) + gib(cal.cuda_context_gib)
+    taken = cal.trainer_process(4) + gib(cal.cuda_context_gib)
     engine = gen.part("engine weights") + gen.part("engine KV cache")
     assert engine == pytest.approx(FRACTION * (80 * GIB - taken - resident), abs=1)
     assert gen.part("engine weights") == 2 * inputs.policy.parameters // 4
     assert gen.part("engine runtime") == gib(cal.engine_runtime_gib)
     assert plan.kv_cache_tokens == gen.part("engine KV cache") // inputs.policy.kv_cache_bytes_per_token(4)
     assert gen.fits
+
+
+def test_processes_of_a_run_on_several_gpus_hold_their_collectives_outside_torch(inputs_for):
+    one_gpu = ["trainer.n_gpus_per_node=1", "actor.megatron.tensor_model_parallel_size=1",
+               "rollout.tensor_model_parallel_size=1"]
+    cal = inputs_for(gpu_gib=80.0).calibration
+    alone, tp4 = plan_memory(inputs_for(*one_gpu, gpu_gib=80.0)), plan_memory(inputs_for(gpu_gib=80.0))
+    for plan, trainer, engine in ((alone, cal.trainer_process_gib, cal.released_engine_gib),
+                                  (tp4, cal.trainer_process_gib + cal.trainer_collectives_gib,
+                                   cal.released_engine_gib + cal.engine_collectives_gib)):
+        ref = plan.phase("ref")
+        assert (ref.part("trainer process"), ref.part("released engine")) == (gib(trainer), gib(engine))
+    # a trainer of one GPU beside an engine of one GPU: no collectives in either; TP 2 engines: in the engine's
+    engines_tp2 = plan_memory(inputs_for("trainer.n_gpus_per_node=2", "actor.megatron.tensor_model_parallel_size=1",
+                                         "rollout.tensor_model_parallel_size=2", gpu_gib=80.0)).phase("ref")
+    assert engines_tp2.part("released engine") == gib(cal.released_engine_gib + cal.engine_collectives_gib)
 
 
 def test_the_trainer_process_memory_outside_torch_is_in_every_phase_and_not_in_the_engine_share(inputs_for):
@@ -198,7 +214,7 @@ def test_engines_with_gpus_of_their_own_are_planned_there(inputs_for):
     assert {name for name, _ in sync.parts if not name.startswith("actor")} == {"trainer process", "sync bucket"}
     gen = plan.phase("gen", "rollout")
     engine = gen.part("engine weights") + gen.part("engine KV cache")
-    taken = gib(cal.trainer_process_gib) + gib(cal.cuda_context_gib)
+    taken = cal.trainer_process(4) + gib(cal.cuda_context_gib)
     assert engine == pytest.approx(FRACTION * (80 * GIB - taken), abs=1)
     assert gen.part("engine KV cache") > colocated.phase("gen").part("engine KV cache")  # no trainer state beside it
     assert plan.phase("sync", "rollout").total == gen.total + 2 * gib(cal.sync_bucket_gib)
