@@ -4,7 +4,7 @@ torchrun with SGLang. Reports the reward model's scoring throughput (prompt + re
 the actor's old-log-prob pass over the same sequences in the same step (the same trunk's forward: the baseline),
 its share of the step, and the device-wide peak (nvidia-smi, every process). Appends one row to --out.
 
-    python benchmarks/reward_model_step.py --steps 4 --out $OUT/reward-model.json
+    python benchmarks/reward_model_step.py --steps 4 --time-limit 400 --out $OUT/reward-model.json
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+from recipe_process import run_logged
 from rl_memory import ENGINE, DeviceSampler, append_row
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,7 +45,7 @@ def prepare(work: Path, data_dir: Path) -> tuple[Path, Path, Path]:
     return policy, reward_model, work / "gsm8k/train.parquet"
 
 
-def run(args, policy: Path, reward_model: Path, train: Path, out_dir: Path) -> tuple[int, str, dict]:
+def run(args, policy: Path, reward_model: Path, train: Path, out_dir: Path) -> tuple[int | str, str, dict]:
     overrides = [f"model.path={policy}", f"reward.model.path={reward_model}", f"data.train_files=[{train}]",
                  "data.val_files=[]", f"trainer.total_training_steps={args.steps}", "trainer.save_freq=-1",
                  "trainer.test_freq=-1", "trainer.val_before_train=false", f"trainer.output_dir={out_dir}",
@@ -54,12 +54,12 @@ def run(args, policy: Path, reward_model: Path, train: Path, out_dir: Path) -> t
            "--recipe", str(REPO / "recipes/qwen2_5_0_5b_ppo_gsm8k.yaml"), *overrides]
     sampler = DeviceSampler()
     sampler.start()
-    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
-    sampler.stopped.set()
-    sampler.join()
-    return proc.returncode, proc.stdout[-3000:] + proc.stderr[-8000:], {"overrides": overrides,
-                                                                         "peaks": sampler.peaks}
+    try:
+        code, tail = run_logged(cmd, out_dir, args.time_limit)
+    finally:
+        sampler.stopped.set()
+        sampler.join()
+    return code, tail, {"overrides": overrides, "peaks": sampler.peaks}
 
 
 def summarise(metrics: list[dict]) -> dict:
@@ -88,6 +88,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--work", type=Path, default=Path("/tmp/reward_model_step"))
     parser.add_argument("--data", type=Path, default=REPO.parent / "shared/data/gsm8k")
+    parser.add_argument("--time-limit", type=float, help="stop the run after this many seconds (its steps count)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
