@@ -53,6 +53,9 @@ class MegatronConfig:
     param_offload: bool = False  # the weights, to pinned host memory
     grad_offload: bool = False  # the gradient buffers (freed; the next update starts from zero anyway)
     optimizer_offload: bool = False  # fp32 master weights and Adam moments in host memory, the step on the CPU
+    # The gradient buffers' dtype in bf16 training: float32 (megatron's accumulate-in-fp32), or the weights' bf16,
+    # which halves them at the cost of accumulating micro-batches' gradients in bf16 (docs/memory.md)
+    grad_reduce_in_fp32: bool = True
     recompute_granularity: Optional[str] = None  # None | full | selective
 
     @property

@@ -26,6 +26,8 @@ VERL_RENAMES = {
         "actor.megatron.recompute_granularity"
     ),
     "actor_rollout_ref.model.enable_gradient_checkpointing": "actor.megatron.recompute_granularity",
+    "actor_rollout_ref.actor.megatron.override_ddp_config.grad_reduce_in_fp32": "actor.megatron.grad_reduce_in_fp32",
+    "critic.megatron.override_ddp_config.grad_reduce_in_fp32": "critic.megatron.grad_reduce_in_fp32",
     "critic.grad_clip": "critic.optim.clip_grad",
     "custom_reward_function.path": "reward.function",
     "custom_reward_function.name": "reward.function",

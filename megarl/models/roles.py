@@ -128,7 +128,8 @@ def _build(hf_path, megatron: MegatronConfig, *, trainable: bool, value_head: bo
     model = bridge.get_model(
         weight_path=str(hf_path) if load_weights else None,
         wrap_with_ddp=trainable,
-        ddp_config={"use_distributed_optimizer": True, "grad_reduce_in_fp32": True, "overlap_grad_reduce": False},
+        ddp_config={"use_distributed_optimizer": True, "grad_reduce_in_fp32": megatron.grad_reduce_in_fp32,
+                    "overlap_grad_reduce": False},
         bf16=bf16,
         fp16=False,
         use_cpu_initialization=not torch.cuda.is_available(),

@@ -1,6 +1,7 @@
 """Where each role's weights, gradients and optimizer state are, phase by phase (parallel/offload.py's residency).
 
-Per GPU, with P the role's parameters on it: bf16 weights 2P; fp32 gradient buffers 4P (grad_reduce_in_fp32);
+Per GPU, with P the role's parameters on it: bf16 weights 2P; gradient buffers 4P in fp32 (grad_reduce_in_fp32, the
+default) or 2P in bf16;
 megatron's distributed optimizer, sharded over the data- and context-parallel ranks (S of them), holds fp32 master
 weights 4P/S and Adam's two moments 8P/S. The offloads change where they are:
 - optimizer_offload: the 12P/S live in host memory (megatron's hybrid optimizer, steps there) with a pinned host
@@ -35,6 +36,7 @@ class RoleState:
     param_offload: bool
     grad_offload: bool
     optimizer_offload: bool
+    grad_bytes: int = 4  # per trained parameter: fp32 gradient buffers, or 2 for bf16 ones
     adapters: int = 0  # LoRA: the trained parameters; 0: all are trained
 
     def gpu_parts(self, phase: str) -> Parts:
@@ -45,7 +47,7 @@ class RoleState:
         p = self.adapters or self.parameters
         if self.trained:
             if not self.grad_offload or phase == UPDATES[self.role]:
-                parts.append((f"{self.role} grads", 4 * p))
+                parts.append((f"{self.role} grads", self.grad_bytes * p))
             if not self.optimizer_offload:
                 parts.append((f"{self.role} optimizer", 12 * p // self.optimizer_shards))
         return tuple(parts)
@@ -80,4 +82,5 @@ def role_states(inputs: PlanInputs) -> dict[str, RoleState]:
 
 def _trained(role: str, parameters: int, mesh: Mesh, megatron: MegatronConfig) -> RoleState:
     return RoleState(role, parameters, mesh.optimizer_shards, trained=True, param_offload=megatron.param_offload,
-                     grad_offload=megatron.grad_offload, optimizer_offload=megatron.optimizer_offload)
+                     grad_offload=megatron.grad_offload, optimizer_offload=megatron.optimizer_offload,
+                     grad_bytes=4 if megatron.grad_reduce_in_fp32 else 2)

@@ -37,3 +37,11 @@ def test_metrics_are_the_exact_sums_of_the_micro_batches_values(steps):
         for metrics in given:  # the float64 sum, in micro-batch order
             total += metrics[key]
         assert steps["summed"][key] == total and steps["reduced"][key] == total, key
+
+
+def test_bf16_gradient_buffers_take_half_the_memory_and_train(steps):
+    """`megatron.grad_reduce_in_fp32=false`: the gradient buffers in the weights' bf16, not float32."""
+    fp32, bf16 = steps["grad_buffers"]["fp32"], steps["grad_buffers"]["bf16"]
+    assert fp32["dtypes"] == ["torch.float32"] and bf16["dtypes"] == ["torch.bfloat16"]
+    assert bf16["bytes"] * 2 == fp32["bytes"]
+    assert bf16["grad_norm"] == pytest.approx(fp32["grad_norm"], rel=0.05) and bf16["grad_norm"] > 0

@@ -14,6 +14,21 @@ from megarl.workers.updates import reduce_metrics
 from parallel import topology
 
 
+def grad_buffers(model_dir: str, optim: OptimConfig) -> dict:
+    """bf16 actors with float32 gradient buffers (the default) and bf16 ones: each buffer's dtype, its bytes, and
+    the grad norm of one step."""
+    found = {}
+    for fp32 in (True, False):
+        actor = build_actor(model_dir, MegatronConfig(grad_reduce_in_fp32=fp32), optim, total_steps=1, bf16=True)
+        buffers = [buffer.grad_data for chunk in actor.chunks for buffer in chunk.buffers]
+        batches = [pack_sequences([torch.arange(2, 10), torch.arange(20, 26)])]
+        norm = actor.train_step(batches, lambda output, batch: (output.float().square().mean(), {}))["grad_norm"]
+        found["fp32" if fp32 else "bf16"] = {"dtypes": sorted({str(b.dtype) for b in buffers}),
+                                             "bytes": sum(b.numel() * b.element_size() for b in buffers),
+                                             "grad_norm": float(norm)}
+    return found
+
+
 def main():
     model_dir, out = sys.argv[1], sys.argv[2]
     topology.init_distributed(timeout_s=120)
@@ -36,7 +51,7 @@ def main():
     step = actor.train_step(batches, loss_fn)
     with open(out, "w") as f:
         json.dump({"lrs": lrs, "given": given, "summed": {key: float(step[key]) for key in given[0]},
-                   "reduced": reduce_metrics(step)}, f)
+                   "reduced": reduce_metrics(step), "grad_buffers": grad_buffers(model_dir, optim)}, f)
     topology.destroy()
 
 

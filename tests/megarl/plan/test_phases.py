@@ -65,6 +65,15 @@ def test_host_memory_holds_what_the_offloads_move(inputs_for):
     assert host.part("actor grads") == 0  # freed, not copied
 
 
+def test_bf16_gradient_buffers_halve_the_gradients_in_every_phase_that_holds_them(inputs_for):
+    fp32, bf16 = plan_memory(inputs_for()), plan_memory(inputs_for("actor.megatron.grad_reduce_in_fp32=false"))
+    parameters = role_states(inputs_for())["actor"].parameters
+    for phase in ("gen", "update_actor"):
+        assert fp32.phase(phase).part("actor grads") == 4 * parameters
+        assert bf16.phase(phase).part("actor grads") == 2 * parameters
+        assert fp32.phase(phase).total - bf16.phase(phase).total >= 2 * parameters * (0.5 if phase == "gen" else 1)
+
+
 def test_activations_scale_linearly_with_the_token_budget(inputs_for):
     def update(budget, *more):
         phases = plan_memory(inputs_for(f"actor.ppo_max_token_len_per_gpu={budget}",
