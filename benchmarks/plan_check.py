@@ -1,7 +1,8 @@
 """`megarl plan` against every measured run of benchmarks/rl_memory.py in result files: each `what: memory` row's
 config rebuilt from its recorded command, planned with the planner of this checkout, and compared phase by phase
-with the measured device-wide peak; beside it the trainer's torch reservation in the phase and the device-wide
-memory outside it (the engine, the trainer process's memory outside torch's allocator).
+with the measured device-wide peak; beside it the trainer's torch reservation in the phase, the device-wide
+memory outside it (the engine, the trainer process's memory outside torch's allocator) and, in runs that recorded
+it, what the trainer's live tensors took of the reservation.
 
     python benchmarks/plan_check.py benchmarks/results/2026-11-2[34]-memory.json benchmarks/results/*-lora-gpu.json
     python benchmarks/plan_check.py --data ../shared/data/gsm8k FILES   # also the runs' real largest micro-batches
@@ -65,8 +66,10 @@ def compare(row: dict) -> list[str]:
     lines = [f"{row['label']} ({row['commit']}, {row['machine']}, {gpu_gib:g} GiB)"]
     for name, phase in phases.items():
         reserved = row["memory_gb"].get(f"memory/{name}/reserved_gb")
+        allocated = row["memory_gb"].get(f"memory/{name}/allocated_gb")
         split = (f"  trainer reserved {reserved * 1e9 / GIB:6.2f}, outside it "
                  f"{phase['measured_gib'] - reserved * 1e9 / GIB:6.2f}" if reserved is not None else "")
+        split += f", its tensors {allocated * 1e9 / GIB:6.2f}" if allocated is not None else ""
         lines.append(f"  {name:13} plan {phase['predicted_gib']:7.2f}  measured {phase['measured_gib']:7.2f}  "
                      f"{phase['error']:+6.1%}{split}")
     return lines

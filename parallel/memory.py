@@ -7,7 +7,10 @@ Each worker process runs one sampler thread (`start`, from `WorkerHost.join`). E
   SGLang engine's scheduler processes included), where torch's allocator statistics see this process only;
 - host: the node's used RAM (psutil's `used`);
 - reserved: what this process's torch allocator holds on that GPU (its cache included): the trainer's share of the
-  device figure, which tells a phase's own tensors from the engine's and the other processes' memory.
+  device figure, which tells a phase's own tensors from the engine's and the other processes' memory;
+- allocated: what this process's live tensors take of that reservation (the rest is the allocator's cache), read
+  the same way rather than from torch's peak counter, which other code resets (the weight sync measures its own
+  peak with it).
 Times are wall-clock so that windows timed by the driver, another process and maybe another node, compare with
 them (NTP keeps nodes' clocks within milliseconds, below the interval).
 
@@ -61,6 +64,14 @@ def reserved_reader() -> Reader | None:
     return lambda: torch.cuda.memory_reserved(device)
 
 
+def allocated_reader() -> Reader | None:
+    """Bytes this process's live tensors take on its GPU; None without CUDA."""
+    if not torch.cuda.is_available():
+        return None
+    device = torch.cuda.current_device()
+    return lambda: torch.cuda.memory_allocated(device)
+
+
 def host_used() -> int:
     import psutil
 
@@ -68,17 +79,20 @@ def host_used() -> int:
 
 
 class MemorySampler:
-    """A ring of (time, device bytes, host bytes, reserved bytes) samples; `device_used` None: no device to sample
-    (and then no reservation either)."""
+    """A ring of (time, device bytes, host bytes, reserved bytes, allocated bytes) samples; `device_used` None: no
+    device to sample (and then no reservation or allocation either)."""
 
     def __init__(self, device_used: Reader | None, host_used: Reader, clock: Callable[[], float] = time.time,
-                 capacity: int = round(RETAINED_S / INTERVAL_S), reserved: Reader | None = None):
+                 capacity: int = round(RETAINED_S / INTERVAL_S), reserved: Reader | None = None,
+                 allocated: Reader | None = None):
         self.device_used, self.host_used, self.clock = device_used, host_used, clock
         self.reserved_used = reserved if device_used is not None else None
+        self.allocated_used = allocated if device_used is not None else None
         self.times = np.full(capacity, np.nan)  # NaN: a slot not yet written, outside every window
         self.device = np.zeros(capacity)  # float64 holds byte counts exactly (below 2**53)
         self.host = np.zeros(capacity)
         self.reserved = np.zeros(capacity)
+        self.allocated = np.zeros(capacity)
         self.written = 0
         self.lock = threading.Lock()
         self.stopped = threading.Event()
@@ -88,14 +102,16 @@ class MemorySampler:
         device = self.device_used() if self.device_used is not None else 0
         host = self.host_used()
         reserved = self.reserved_used() if self.reserved_used is not None else 0
+        allocated = self.allocated_used() if self.allocated_used is not None else 0
         with self.lock:
             slot = self.written % len(self.times)
             self.times[slot], self.device[slot], self.host[slot] = now, device, host
-            self.reserved[slot] = reserved
+            self.reserved[slot], self.allocated[slot] = reserved, allocated
             self.written += 1
 
     def peaks(self, windows: Windows) -> dict[str, dict[str, int | None]]:
-        """Per window, {"device": peak bytes or None, "host": peak bytes or None, "reserved": peak bytes or None}."""
+        """Per window, the peak bytes of each series: {"device", "host", "reserved", "allocated"} (None: not known,
+        or no device)."""
         self.sample()
         with self.lock:
             return {name: self._peak(start, end) for name, (start, end) in windows.items()}
@@ -103,14 +119,15 @@ class MemorySampler:
     def _peak(self, start: float, end: float) -> dict[str, int | None]:
         before, after = self.times[self.times <= start], self.times[self.times >= end]
         if not before.size:
-            return {"device": None, "host": None, "reserved": None}
+            return {"device": None, "host": None, "reserved": None, "allocated": None}
         chosen = (self.times >= start) & (self.times <= end)
         if not chosen.any():
             last = after.min() if after.size else end  # a window reaching past the query: up to its end
             chosen = (self.times >= before.max()) & (self.times <= last)
         device = int(self.device[chosen].max()) if self.device_used is not None else None
         reserved = int(self.reserved[chosen].max()) if self.reserved_used is not None else None
-        return {"device": device, "host": int(self.host[chosen].max()), "reserved": reserved}
+        allocated = int(self.allocated[chosen].max()) if self.allocated_used is not None else None
+        return {"device": device, "host": int(self.host[chosen].max()), "reserved": reserved, "allocated": allocated}
 
     def run(self, interval_s: float) -> None:
         """Sample every `interval_s` until `stop`; a daemon thread, so it never holds the process open."""
@@ -131,7 +148,7 @@ def start() -> None:
     """Start this process's sampler, once (after its CUDA device is set: the sampler reads that device)."""
     global _SAMPLER
     if _SAMPLER is None:
-        _SAMPLER = MemorySampler(device_reader(), host_used, reserved=reserved_reader())
+        _SAMPLER = MemorySampler(device_reader(), host_used, reserved=reserved_reader(), allocated=allocated_reader())
         _SAMPLER.sample()  # a first sample now: windows starting from here on are known
         _SAMPLER.run(INTERVAL_S)
 

@@ -38,20 +38,16 @@ def training_flops(hf_config, sequence_lengths: list[int], frozen_weights: bool 
 
 
 def device_stats() -> dict:
-    """This process's device name and peak GPU memory (None without CUDA), and the host's used memory."""
+    """This process's device name and the host's used memory."""
     import psutil
 
-    cuda = torch.cuda.is_available()
-    return {"name": torch.cuda.get_device_name() if cuda else "cpu",
-            "max_memory_allocated_gb": torch.cuda.max_memory_allocated() / 1e9 if cuda else None,
+    return {"name": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
             "cpu_memory_used_gb": psutil.virtual_memory().used / 1e9}
 
 
 def summarise(per_rank: list[dict]) -> dict:
-    """The ranks' `device_stats` → rank 0's device, the largest peaks."""
-    gpu = [r["max_memory_allocated_gb"] for r in per_rank if r["max_memory_allocated_gb"] is not None]
-    return {"name": per_rank[0]["name"], "max_memory_allocated_gb": max(gpu) if gpu else None,
-            "cpu_memory_used_gb": max(r["cpu_memory_used_gb"] for r in per_rank)}
+    """The ranks' `device_stats` → rank 0's device, the largest host figure."""
+    return {"name": per_rank[0]["name"], "cpu_memory_used_gb": max(r["cpu_memory_used_gb"] for r in per_rank)}
 
 
 # The step's phases on the GPUs whose memory peak is reported: timing name → name in `memory/{name}/peak_gb`.
@@ -62,14 +58,15 @@ MEMORY_PHASES = {"gen": "gen", "gen_max": "gen_max", "reward_model": "reward_mod
 
 def memory_metrics(per_rank: list[dict]) -> dict[str, float]:
     """Worker processes' `memory_peaks` answers (parallel/memory.py) → per phase that ran, the largest device-wide
-    peak of any GPU and the largest of the asked processes' torch reservations (none without GPUs);
-    `memory/host/peak_gb`: the largest node's used RAM over the "step" window."""
+    peak of any GPU, and the largest of the asked processes' torch reservations and live tensors (none without
+    GPUs); `memory/host/peak_gb`: the largest node's used RAM over the "step" window."""
     out = {}
     for window, name in MEMORY_PHASES.items():
         device = _largest(per_rank, window, "device")
         if device is not None:
             out[f"memory/{name}/peak_gb"] = device / 1e9
             out[f"memory/{name}/reserved_gb"] = _largest(per_rank, window, "reserved") / 1e9
+            out[f"memory/{name}/allocated_gb"] = _largest(per_rank, window, "allocated") / 1e9
     host = _largest(per_rank, "step", "host")
     if host is not None:
         out["memory/host/peak_gb"] = host / 1e9
@@ -84,14 +81,17 @@ def _largest(per_rank: list[dict], window: str, kind: str) -> int | None:
 def perf_metrics(batch: Batch, metrics: dict[str, float], gpus: int, actor_gpus: int, hf_config, ppo_epochs: int,
                  device: dict, frozen_weights: bool = False) -> dict[str, float]:
     """`gpus`: every GPU of the run (throughput is per GPU the run holds, rollout and critic pools included);
-    `actor_gpus`: the actor's (its MFU); `device`: the actor ranks' `summarise`d `device_stats`."""
+    `actor_gpus`: the actor's (its MFU); `device`: the actor ranks' `summarise`d `device_stats`.
+    `perf/max_memory_allocated_gb` (verl's name): the most any asked process's tensors took in any phase of the step,
+    from `metrics`' `memory/*/allocated_gb`."""
     lengths = [len(p) + int(r) for p, r in zip(batch["prompt_ids"], batch["response_mask"].sum(-1).tolist())]
     step_s = metrics["timing_s/step"]
     out = {"perf/total_num_tokens": float(sum(lengths)), "perf/time_per_step": step_s,
            "perf/throughput": sum(lengths) / (step_s * gpus),
            "perf/cpu_memory_used_gb": device["cpu_memory_used_gb"]}
-    if device["max_memory_allocated_gb"] is not None:
-        out["perf/max_memory_allocated_gb"] = device["max_memory_allocated_gb"]
+    allocated = [value for key, value in metrics.items() if key.startswith("memory/") and key.endswith("/allocated_gb")]
+    if allocated:
+        out["perf/max_memory_allocated_gb"] = max(allocated)
     peak = peak_flops(device["name"])
     if peak and "timing_s/update_actor" in metrics:
         flops = training_flops(hf_config, lengths, frozen_weights) * ppo_epochs

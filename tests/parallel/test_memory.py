@@ -41,27 +41,27 @@ ROWS = [(0.0, 10, 100), (1.0, 50, 100), (2.0, 20, 300), (3.0, 30, 200), (4.0, 5,
 def test_a_window_takes_the_samples_inside_it_or_without_any_those_bounding_it():
     peaks = sampler_of(ROWS).peaks({"edges": (1.0, 3.0), "between": (1.5, 3.5), "short": (2.2, 2.8),
                                     "instant": (0.5, 0.5)})
-    assert peaks["edges"] == {"device": 50, "host": 300, "reserved": None}  # samples at 1, 2, 3
+    assert peaks["edges"] == {"device": 50, "host": 300, "reserved": None, "allocated": None}  # samples at 1, 2, 3
     # Samples at 2 and 3: the 50 at 1 is the phase before's (it counted here before, charging the window with it).
-    assert peaks["between"] == {"device": 30, "host": 300, "reserved": None}
-    assert peaks["short"] == {"device": 30, "host": 300, "reserved": None}  # no sample inside: those at 2 and 3
-    assert peaks["instant"] == {"device": 50, "host": 100, "reserved": None}  # the samples at 0 and 1
+    assert peaks["between"] == {"device": 30, "host": 300, "reserved": None, "allocated": None}
+    assert peaks["short"] == {"device": 30, "host": 300, "reserved": None, "allocated": None}  # no sample inside: those at 2 and 3
+    assert peaks["instant"] == {"device": 50, "host": 100, "reserved": None, "allocated": None}  # the samples at 0 and 1
 
 
 def test_the_query_samples_so_a_window_that_just_ended_is_bounded():
     peaks = sampler_of(ROWS).peaks({"last": (4.5, 5.0)})
-    assert peaks["last"] == {"device": 5, "host": 100, "reserved": None}  # the sample at 4 and the query's own at 9
+    assert peaks["last"] == {"device": 5, "host": 100, "reserved": None, "allocated": None}  # the sample at 4 and the query's own at 9
 
 
 def test_a_window_whose_start_is_no_longer_held_has_no_peak():
     # a ring of 3: after 6 samples it holds t = 3, 4 and the query's 9
     peaks = sampler_of(ROWS, capacity=3).peaks({"dropped": (1.0, 3.5), "held": (3.0, 4.0)})
-    assert peaks["dropped"] == {"device": None, "host": None, "reserved": None}
-    assert peaks["held"] == {"device": 30, "host": 200, "reserved": None}
+    assert peaks["dropped"] == {"device": None, "host": None, "reserved": None, "allocated": None}
+    assert peaks["held"] == {"device": 30, "host": 200, "reserved": None, "allocated": None}
 
 
 def test_without_a_device_only_host_peaks():
-    assert sampler_of(ROWS, with_device=False).peaks({"w": (1.0, 2.0)})["w"] == {"device": None, "host": 300, "reserved": None}
+    assert sampler_of(ROWS, with_device=False).peaks({"w": (1.0, 2.0)})["w"] == {"device": None, "host": 300, "reserved": None, "allocated": None}
 
 
 def test_the_process_sampler_thread_samples_host_memory_on_cpu():
@@ -79,11 +79,13 @@ def test_the_process_sampler_thread_samples_host_memory_on_cpu():
         assert peaks[window]["device"] is None and peaks[window]["host"] > 0
 
 
-def test_the_reservation_is_sampled_with_the_device():
+def test_the_reservation_and_the_allocation_are_sampled_with_the_device():
     recorded = Recorded(ROWS)
-    sampler = MemorySampler(recorded.device, recorded.host, recorded.clock, 100, reserved=lambda: 7)
+    sampler = MemorySampler(recorded.device, recorded.host, recorded.clock, 100, reserved=lambda: 7,
+                            allocated=lambda: 5)
     sampler.sample()
-    assert sampler.peaks({"w": (0.0, 0.0)})["w"] == {"device": 10, "host": 100, "reserved": 7}
-    no_device = MemorySampler(None, recorded.host, recorded.clock, 100, reserved=lambda: 7)
+    assert sampler.peaks({"w": (0.0, 0.0)})["w"] == {"device": 10, "host": 100, "reserved": 7, "allocated": 5}
+    no_device = MemorySampler(None, recorded.host, recorded.clock, 100, reserved=lambda: 7, allocated=lambda: 5)
     no_device.sample()
-    assert no_device.peaks({"w": (2.0, 2.0)})["w"]["reserved"] is None
+    peaks = no_device.peaks({"w": (2.0, 2.0)})["w"]
+    assert peaks["reserved"] is None and peaks["allocated"] is None

@@ -29,18 +29,20 @@ def assert_cpu_memory_logged(steps):
 
 def test_memory_metrics_take_each_phase_peak_of_the_fullest_gpu():
     gb = 10**9
-    ranks = [{"gen": {"device": 3 * gb, "host": 9 * gb, "reserved": gb},
-              "reward": {"device": 8 * gb, "host": 9 * gb, "reserved": gb},
-              "update_weights": {"device": gb, "host": gb, "reserved": gb},
-              "step": {"device": 8 * gb, "host": 5 * gb, "reserved": gb}},
-             {"gen": {"device": 2 * gb, "host": gb, "reserved": 2 * gb},
-              "reward": {"device": gb, "host": gb, "reserved": gb},
-              "update_weights": {"device": 2 * gb, "host": gb, "reserved": gb},
-              "step": {"device": 2 * gb, "host": 7 * gb, "reserved": gb}}]
+    ranks = [{"gen": {"device": 3 * gb, "host": 9 * gb, "reserved": gb, "allocated": gb // 2},
+              "reward": {"device": 8 * gb, "host": 9 * gb, "reserved": gb, "allocated": gb},
+              "update_weights": {"device": gb, "host": gb, "reserved": gb, "allocated": gb},
+              "step": {"device": 8 * gb, "host": 5 * gb, "reserved": gb, "allocated": gb}},
+             {"gen": {"device": 2 * gb, "host": gb, "reserved": 2 * gb, "allocated": gb},
+              "reward": {"device": gb, "host": gb, "reserved": gb, "allocated": gb},
+              "update_weights": {"device": 2 * gb, "host": gb, "reserved": gb, "allocated": gb // 4},
+              "step": {"device": 2 * gb, "host": 7 * gb, "reserved": gb, "allocated": gb}}]
     assert memory_metrics(ranks) == {"memory/gen/peak_gb": 3.0, "memory/gen/reserved_gb": 2.0,
-                                     "memory/sync/peak_gb": 2.0, "memory/sync/reserved_gb": 1.0,
+                                     "memory/gen/allocated_gb": 1.0, "memory/sync/peak_gb": 2.0,
+                                     "memory/sync/reserved_gb": 1.0, "memory/sync/allocated_gb": 1.0,
                                      "memory/host/peak_gb": 7.0}
-    without_gpus = [{window: {"device": None, "host": gb, "reserved": None} for window in ("gen", "step")}]
+    without_gpus = [{window: {"device": None, "host": gb, "reserved": None, "allocated": None}
+                     for window in ("gen", "step")}]
     assert memory_metrics(without_gpus) == {"memory/host/peak_gb": 1.0}
 
 

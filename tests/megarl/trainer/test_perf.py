@@ -30,9 +30,26 @@ def test_throughput_is_per_gpu_of_the_run_and_the_actors_mfu_per_gpu_of_the_acto
     from parallel.batch import Batch
 
     batch = Batch(tensors={"response_mask": torch.tensor([[1, 1, 0], [1, 1, 1]])}, fields={"prompt_ids": [[1], [2, 3]]})
-    device = {"cpu_memory_used_gb": 1.0, "max_memory_allocated_gb": None, "name": "NVIDIA H100 80GB HBM3"}
+    device = {"cpu_memory_used_gb": 1.0, "name": "NVIDIA H100 80GB HBM3"}
     metrics = {"timing_s/step": 2.0, "timing_s/update_actor": 0.5}
     # One GPU trains, one generates (rollout.enable_resource_pool): 8 tokens in 2 s on 2 GPUs.
     out = perf_metrics(batch, metrics, gpus=2, actor_gpus=1, hf_config=CONFIG, ppo_epochs=1, device=device)
     assert out["perf/throughput"] == 8 / (2.0 * 2)
     assert out["perf/mfu/actor"] == training_flops(CONFIG, [3, 5]) / (0.5 * 1 * peak_flops(device["name"]))
+
+
+def test_the_most_allocated_is_the_largest_phase_allocation_of_the_step():
+    """Not torch's peak counter, which the weight sync resets to time its own peak: the memory sampler's phases."""
+    import torch
+
+    from parallel.batch import Batch
+
+    batch = Batch(tensors={"response_mask": torch.tensor([[1, 1]])}, fields={"prompt_ids": [[1]]})
+    device = {"cpu_memory_used_gb": 1.0, "name": "cpu"}
+    metrics = {"timing_s/step": 1.0, "memory/gen/allocated_gb": 3.0, "memory/update_actor/allocated_gb": 21.5,
+               "memory/sync/allocated_gb": 4.5, "memory/update_actor/reserved_gb": 30.0}
+    out = perf_metrics(batch, metrics, gpus=1, actor_gpus=1, hf_config=CONFIG, ppo_epochs=1, device=device)
+    assert out["perf/max_memory_allocated_gb"] == 21.5
+    no_gpu = perf_metrics(batch, {"timing_s/step": 1.0}, gpus=1, actor_gpus=1, hf_config=CONFIG, ppo_epochs=1,
+                          device=device)
+    assert "perf/max_memory_allocated_gb" not in no_gpu
