@@ -9,6 +9,12 @@ method declares (parallel/dispatch.py). The RL loop sees only handles, so it can
   placement groups.
 - torchrun (`parallel/spmd_backend.py`): every torchrun process runs the driver code and hosts its rank's
   roles in-process; results are exchanged over a gloo group so that every rank's driver sees the same values.
+  With several pools, only the first pool's processes do; the others serve their calls
+  (`parallel/served_backend.py`).
+
+A call to another pool may be in flight while the driver goes on (`handle.method.submit`). Where two pools' calls
+meet in a collective of their own (the weight bridge), the driver submits the call to the pool that serves it
+first: under torchrun a call to the driver's own pool runs at once.
 """
 
 from __future__ import annotations
@@ -193,16 +199,17 @@ def resolve_launcher(launcher: str) -> str:
 
 
 def start_cluster(pools: Sequence[PoolSpec], launcher: str = "auto", timeout_s: float = 600.0) -> Cluster:
-    """Start one worker group per pool. Under torchrun there is one pool: this job's processes."""
+    """Start one worker group per pool. Under torchrun the job's processes are the pools' GPUs, the first pool's
+    first; with more than one pool, the others serve the first's driver code (parallel/served_backend.py), and on
+    their processes this call returns only by ending the process when the run ends."""
     launcher = resolve_launcher(launcher)
     if launcher == "torchrun":
         from parallel.spmd_backend import SpmdWorkerGroup
 
-        if len(pools) != 1:
-            raise ValueError(
-                "under torchrun every role shares the job's processes: separate resource pools "
-                f"({', '.join(p.name for p in pools)}) need the Ray launcher"
-            )
+        if len(pools) > 1:
+            from parallel.served_backend import start_served_cluster
+
+            return start_served_cluster(pools, timeout_s)
         group = SpmdWorkerGroup(pools[0], timeout_s)
         return Cluster({pools[0].name: group}, launcher, is_driver=group.rank == 0)
     try:

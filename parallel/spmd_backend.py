@@ -15,20 +15,23 @@ from typing import Sequence
 import torch.distributed as dist
 
 from parallel.controller import PoolSpec, WorkerGroup, raise_if_failed
+from parallel.topology import Rendezvous
 from parallel.worker import WorkerHost
 
 
 class SpmdWorkerGroup(WorkerGroup):
-    def __init__(self, pool: PoolSpec, timeout_s: float):
-        world = int(os.environ.get("WORLD_SIZE", "1"))
+    def __init__(self, pool: PoolSpec, timeout_s: float, rendezvous: Rendezvous | None = None):
+        """`rendezvous`: the pool's own world, in a torchrun job of several pools (parallel/served_backend.py)."""
+        world = rendezvous.world if rendezvous else int(os.environ.get("WORLD_SIZE", "1"))
         if world != pool.world_size:
             raise ValueError(
                 f"torchrun started {world} processes but pool {pool.name!r} has {pool.world_size} GPUs "
                 "(trainer.nnodes × trainer.n_gpus_per_node): make them equal"
             )
         self.pool = pool
-        self.host = WorkerHost(int(os.environ.get("RANK", "0")), world)
-        raise_if_failed(self.host.run("join", False, {}, timeout_s), ("host", "join"), self.host.rank, self._where())
+        self.host = WorkerHost(rendezvous.rank if rendezvous else int(os.environ.get("RANK", "0")), world)
+        raise_if_failed(self.host.run("join", False, {}, timeout_s, rendezvous), ("host", "join"), self.host.rank,
+                        self._where())
         self.rank = dist.get_rank()
         self.control = (
             dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s)) if world > 1 else None

@@ -7,6 +7,7 @@ import datetime
 import os
 import random
 import socket
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -35,10 +36,20 @@ def process_group_of(mine: Sequence[int], rank_sets: Iterable[Sequence[int]], ba
     return found
 
 
-def init_distributed(timeout_s: float = 600.0) -> None:
-    """Join the default process group (NCCL with CUDA, gloo otherwise) from torchrun's env variables, or
-    as a group of one when started without torchrun. Collectives time out after `timeout_s`, so a dead
-    rank fails the job instead of hanging it."""
+@dataclass(frozen=True)
+class Rendezvous:
+    """A default process group of `world` ranks on `store` (one pool of a torchrun job of several pools), where
+    torchrun's variables describe the whole job."""
+
+    store: dist.Store
+    rank: int
+    world: int
+
+
+def init_distributed(timeout_s: float = 600.0, rendezvous: Rendezvous | None = None) -> None:
+    """Join the default process group (NCCL with CUDA, gloo otherwise) from torchrun's env variables (or
+    `rendezvous`), or as a group of one when started without torchrun. Collectives time out after `timeout_s`, so
+    a dead rank fails the job instead of hanging it. The GPU is LOCAL_RANK's either way."""
     if dist.is_initialized():
         return
     if "WORLD_SIZE" not in os.environ:
@@ -47,7 +58,12 @@ def init_distributed(timeout_s: float = 600.0) -> None:
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(seconds=timeout_s))
+    timeout, backend = datetime.timedelta(seconds=timeout_s), "nccl" if cuda else "gloo"
+    if rendezvous is None:
+        dist.init_process_group(backend, timeout=timeout)
+    else:
+        dist.init_process_group(backend, store=rendezvous.store, rank=rendezvous.rank, world_size=rendezvous.world,
+                                timeout=timeout)
     cpu_compat.enable()
 
 

@@ -99,10 +99,11 @@ class WorkerHost:
             "pid": os.getpid(),
         }
 
-    def join(self, env: dict[str, str], timeout_s: float) -> None:
-        """Join the group's default process group; `env` holds torchrun's variables for this rank."""
+    def join(self, env: dict[str, str], timeout_s: float, rendezvous: topology.Rendezvous | None = None) -> None:
+        """Join the group's default process group; `env` holds torchrun's variables for this rank (`rendezvous`:
+        the group's own, where they describe a torchrun job of several pools)."""
         os.environ.update(env)
-        topology.init_distributed(timeout_s)
+        topology.init_distributed(timeout_s, rendezvous)
         memory.start()  # after the CUDA device is set, which it samples
 
     def add_role(self, name: str, cls: type, args: tuple, kwargs: dict) -> None:

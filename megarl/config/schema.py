@@ -155,7 +155,8 @@ class RolloutConfig:
     name: str = "sglang"  # sglang | transformers
     # async: one engine request per response, each scored as it finishes while the rest generate (docs/rollout.md)
     mode: str = "sync"
-    # Engines on GPUs of their own (Ray): weights reach them over a bridge, and trainer.staleness lets them run ahead
+    # Engines on GPUs of their own (Ray, or torchrun with their processes too): weights reach them over a bridge, and
+    # trainer.staleness lets them run ahead
     enable_resource_pool: bool = False
     nnodes: int = 1
     n_gpus_per_node: int = 1

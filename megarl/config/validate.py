@@ -232,12 +232,13 @@ def _check_meshes(cfg: MegaRLConfig, problems: list[str]) -> None:
         _check_colocated_mesh(problems, "reward.model", cfg.reward.model.megatron, cfg.actor.megatron,
                               "the reward model runs in the actor's processes",
                               ", or give it its own GPUs with reward.model.enable_resource_pool=true (Ray launcher)")
-    own_pools = [("critic", cfg.use_critic and cfg.critic.enable_resource_pool), ("reward.model", own_rm_pool),
-                 ("rollout", cfg.rollout.enable_resource_pool)]
+    # Under torchrun a pool of its own serves the driver's calls (parallel/served_backend.py): tested for the
+    # rollout engines only.
+    own_pools = [("critic", cfg.use_critic and cfg.critic.enable_resource_pool), ("reward.model", own_rm_pool)]
     for role, own_pool in own_pools:
         if own_pool and cfg.trainer.launcher == "torchrun":
-            problems.append(f"{role}.enable_resource_pool=true needs trainer.launcher=ray (under torchrun every "
-                            "role shares the job's processes)")
+            problems.append(f"{role}.enable_resource_pool=true needs trainer.launcher=ray (under torchrun only the "
+                            "rollout engines may have GPUs of their own)")
     check_rollout_placement(cfg, problems)
 
 

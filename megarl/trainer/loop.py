@@ -87,7 +87,8 @@ class Roles:
         with phase("update_weights"):
             if self.sender is None:
                 return self.rollout.sync_weights()
-            sent, received = self.sender.send_weights.submit(), self.rollout.receive_weights.submit()
+            received = self.rollout.receive_weights.submit()  # first: both ends meet in the bridge's collectives
+            sent = self.sender.send_weights.submit()
             return {**sent.result(), **received.result()}
 
 
@@ -118,8 +119,9 @@ def join_bridge(cluster, cfg: MegaRLConfig, rollout):
                                       cfg.actor.megatron.tensor_model_parallel_size)
     host, port = sender.bridge_address()
     size, timeout = 1 + cluster[ROLLOUT_POOL].world_size, cfg.trainer.collective_timeout_s
-    ends = [role.join_bridge.submit(host, port, size, timeout) for role in (sender, rollout)]
-    for end in ends:  # both ends at once: each waits for the other in the rendezvous
+    # Both ends at once, the rollout's first: each waits for the other in the rendezvous.
+    ends = [role.join_bridge.submit(host, port, size, timeout) for role in (rollout, sender)]
+    for end in ends:
         end.result()
     return sender
 

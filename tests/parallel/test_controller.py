@@ -84,11 +84,27 @@ def test_ray_ranks_select_their_assigned_gpu():
     assert [e["LOCAL_RANK"] for e in rank_envs(infos, use_gpu=False)] == ["0", "1", "0", "1", "0"]
 
 
-def test_torchrun_has_one_pool_of_its_own_size():
-    with pytest.raises(ValueError, match="separate resource pools .* need the Ray launcher"):
+def test_torchrun_starts_as_many_processes_as_the_pools_have_gpus():
+    with pytest.raises(ValueError, match=r"torchrun started 1 processes but the pools have 2 GPUs \(main 1, critic 1\)"):
         start_cluster([PoolSpec("main", (1,)), PoolSpec("critic", (1,))], "torchrun")
     with pytest.raises(ValueError, match="torchrun started 1 processes but pool 'main' has 2 GPUs"):
         start_cluster([PoolSpec("main", (2,))], "torchrun")
+
+
+def test_under_torchrun_a_second_pool_serves_the_drivers_calls(tmp_path):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3", "-m", "tests.parallel.served_job",
+           str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank0.json", "rank1.json"]  # the served rank: none
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    where = ranks[0]["where"]
+    assert ranks[1]["where"] == where and len(where) == 1  # every driver rank sees the served rank's answer
+    assert where[0]["pid"] not in {r["pid"] for r in ranks} and (where[0]["rank"], where[0]["world"]) == (0, 1)
+    assert [r["world"] for r in ranks] == [2, 2]  # each pool is a world of its own
+    assert all(r["driver_before_served"] for r in ranks)  # the served call was in flight meanwhile
+    assert ranks[0]["error"] == ranks[1]["error"] == {"role": "served", "method": "fail", "rank": 0,
+                                                      "cause": "ValueError: the served rank's own error"}
 
 
 def test_once_computes_on_rank_zero_and_shares_the_value_and_the_error(tmp_path):

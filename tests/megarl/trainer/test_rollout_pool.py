@@ -1,6 +1,6 @@
-"""Rollout engines on a pool of their own (`rollout.enable_resource_pool`, Ray on CPU): the actor's weights reach them
-over the bridge (parallel/bridge.py; tests/parallel/test_bridge.py cuts them for tensor-parallel engines), and each
-engine forgets what it cached from the old weights. In turn (`trainer.staleness=0`) the run trains exactly as with
+"""Rollout engines on a pool of their own (`rollout.enable_resource_pool`, Ray and torchrun on CPU): the actor's
+weights reach them over the bridge (parallel/bridge.py; tests/parallel/test_bridge.py cuts them for tensor-parallel
+engines), and each engine forgets what it cached from the old weights. In turn (`trainer.staleness=0`) the run trains exactly as with
 the engines beside the actor; a step ahead (`trainer.staleness=1`) step t trains on responses of the weights before
 step t − 1, and a resumed run sends the prompts that were in flight again."""
 
@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
 from megarl.trainer.loop import Roles, timed
+from parallel.topology import free_port
 from tests.helpers import overrides, read_metrics, run_command
 
 POOL = ["rollout.enable_resource_pool=true", "rollout.n_gpus_per_node=1", "trainer.n_gpus_per_node=1"]
@@ -53,10 +54,16 @@ def caching_engine(tmp_path) -> str:
     return f"rollout.name={engine}:PrefixCachingEngine"
 
 
-def train(setup, out, *extra):
+def torchrun(processes: int) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes), "--master-port",
+            str(free_port())]
+
+
+def train(setup, out, *extra, launcher=(sys.executable,)):
+    """The tiny GRPO run; under Ray unless `launcher` starts it (torchrun(N))."""
     reward = out.parent / "length_reward.py"
     reward.write_text(LENGTH_REWARD)
-    proc = run_command([sys.executable, "-m", "megarl.train",
+    proc = run_command([*launcher, "-m", "megarl.train",
                         *overrides(setup, out, "algorithm.adv_estimator=grpo", "rollout.n=4", "actor.optim.lr=3e-3",
                                    "trainer.total_training_steps=3", "trainer.n_gpus_per_node=1",
                                    f"reward.function={reward}:compute_score", "reward.workers=1", *extra)],
@@ -108,6 +115,18 @@ def test_the_sync_after_a_generation_in_flight_times_its_wait_apart():
     metrics.update(roles.sync_weights(partial(timed, metrics)))
     assert metrics["timing_s/sync_wait"] >= 0.4 and metrics["timing_s/update_weights"] < 0.2
     assert metrics["update_weights/receive_s"] == 0.01
+
+
+def test_under_torchrun_the_engines_pool_serves_the_trainers_processes(setup, tmp_path):
+    """torchrun starts the trainer's process and the engine's; the engine's serves the trainer's calls
+    (parallel/served_backend.py): in turn exactly as colocated, and a step ahead with the lag."""
+    colocated = train(setup, tmp_path / "colocated", launcher=torchrun(1))
+    pooled = train(setup, tmp_path / "pooled", *POOL, launcher=torchrun(2))
+    assert comparable(pooled) == comparable(colocated)
+    ahead = train(setup, tmp_path / "ahead", *AHEAD, launcher=torchrun(2))
+    assert [s["rollout_corr/staleness"] for s in ahead] == [0.0, 1.0, 1.0]
+    assert ahead[0]["rollout/logprob_mult_error"] <= 1.001 < ahead[1]["rollout/logprob_mult_error"]
+    assert all(s["update_weights/bytes_sent_gb"] > 0 and "timing_s/sync_wait" in s for s in ahead)
 
 
 def prompts_of(out, step):
