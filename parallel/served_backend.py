@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime
 import os
 import pickle
-import socket
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Sequence
 
@@ -25,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from parallel.controller import Cluster, Pending, PoolSpec, WorkerGroup, raise_if_failed
-from parallel.spmd_backend import SpmdWorkerGroup
+from parallel.spmd_backend import SpmdWorkerGroup, process_where
 from parallel.topology import Rendezvous
 from parallel.worker import WorkerHost
 
@@ -128,7 +127,7 @@ def start_served_cluster(pools: Sequence[PoolSpec], timeout_s: float) -> Cluster
 def serve(pool: PoolSpec, rendezvous: Rendezvous, link: Link, timeout_s: float) -> None:
     """A served rank: join the pool's world, then run the driver's calls as they come until it stops the run."""
     host = WorkerHost(rendezvous.rank, pool.world_size)
-    where = f"{socket.gethostname()} pid {os.getpid()}"
+    where = process_where()
     raise_if_failed(host.run("join", False, {}, timeout_s, rendezvous), ("host", "join"), rendezvous.rank, where)
     try:
         while (message := link.receive(0)) is not STOP:

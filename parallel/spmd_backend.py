@@ -31,14 +31,11 @@ class SpmdWorkerGroup(WorkerGroup):
         self.pool = pool
         self.host = WorkerHost(rendezvous.rank if rendezvous else int(os.environ.get("RANK", "0")), world)
         raise_if_failed(self.host.run("join", False, {}, timeout_s, rendezvous), ("host", "join"), self.host.rank,
-                        self._where())
+                        process_where())
         self.rank = dist.get_rank()
         self.control = (
             dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s)) if world > 1 else None
         )
-
-    def _where(self) -> str:
-        return f"{socket.gethostname()} pid {os.getpid()}"
 
     def run(self, what: str, per_rank: Sequence[tuple], wanted: Sequence[bool], label: tuple[str, str]) -> list:
         """A failure is raised at once on its rank (another rank may wait for it in a collective: torchrun ends the
@@ -46,9 +43,9 @@ class SpmdWorkerGroup(WorkerGroup):
         it alike and the driver code may recover (e.g. from a dead rollout engine)."""
         mine = self.host.run(what, wanted[self.rank], *per_rank[self.rank])
         if self.control is None or mine[0] == "error":
-            return [raise_if_failed(mine, label, self.rank, self._where())]
+            return [raise_if_failed(mine, label, self.rank, process_where())]
         gathered = [None] * self.world_size
-        dist.all_gather_object(gathered, (mine, self._where()), group=self.control)
+        dist.all_gather_object(gathered, (mine, process_where()), group=self.control)
         return [raise_if_failed(outcome, label, rank, where) for rank, (outcome, where) in enumerate(gathered)]
 
     def from_driver(self, fn):
@@ -77,3 +74,8 @@ def _picklable(error: Exception) -> Exception:
         return error
     except Exception:
         return RuntimeError(f"{type(error).__name__}: {error}")
+
+
+def process_where() -> str:
+    """This process, as a worker failure names it."""
+    return f"{socket.gethostname()} pid {os.getpid()}"
