@@ -8,8 +8,10 @@ it, what the trainer's live tensors took of the reservation.
     python benchmarks/plan_check.py --data ../shared/data/gsm8k FILES   # also the runs' real largest micro-batches
 
 With --data, the loader's batches of each run are rebuilt (the benchmark's 400-token tokenizer, the recipe's seed,
-full-length responses) and split as megarl splits them: the largest micro-batch of each phase, in tokens, which the
-plan takes as its token budget (or micro-batch size × prompt + response).
+full-length responses) and split as megarl splits them: the largest micro-batch of each phase, in tokens. Each phase
+is then also planned at it: `megarl plan` takes the recipe's worst case (every prompt at max_prompt_length, or a full
+token budget), which runs of GSM8K's shorter prompts need not reach; planned at the run's own micro-batches the
+error is the memory model's alone. --out appends the comparisons as `what: plan` rows.
 """
 
 from __future__ import annotations
@@ -59,20 +61,23 @@ def run_config(row: dict):
     return load_config(str(recipe_at(row["commit"], args.recipe, args.work)), overrides), args
 
 
-def compare(row: dict) -> list[str]:
+def compare(row: dict, micro_batches: dict[str, int] | None = None) -> tuple[list[str], dict]:
+    """Printable lines and the `what: plan` row of `row`'s comparison (with `micro_batches`, also planned at them)."""
     cfg, args = run_config(row)
     gpu_gib = args.gpu_cap_gib or GPU_GIB[row["machine"]]
-    phases = plan_row(cfg, row, gpu_gib, 1000.0, args.shape, args.layers)["phases"]
+    plan = plan_row(cfg, row, gpu_gib, 1000.0, args.shape, args.layers, micro_batches)
     lines = [f"{row['label']} ({row['commit']}, {row['machine']}, {gpu_gib:g} GiB)"]
-    for name, phase in phases.items():
+    for name, phase in plan["phases"].items():
         reserved = row["memory_gb"].get(f"memory/{name}/reserved_gb")
         allocated = row["memory_gb"].get(f"memory/{name}/allocated_gb")
+        at_run = (f"  at the run's micro-batch {phase['predicted_at_run_micro_batch_gib']:7.2f} "
+                  f"{phase['error_at_run_micro_batch']:+6.1%}" if micro_batches else "")
         split = (f"  trainer reserved {reserved * 1e9 / GIB:6.2f}, outside it "
                  f"{phase['measured_gib'] - reserved * 1e9 / GIB:6.2f}" if reserved is not None else "")
         split += f", its tensors {allocated * 1e9 / GIB:6.2f}" if allocated is not None else ""
         lines.append(f"  {name:13} plan {phase['predicted_gib']:7.2f}  measured {phase['measured_gib']:7.2f}  "
-                     f"{phase['error']:+6.1%}{split}")
-    return lines
+                     f"{phase['error']:+6.1%}{at_run}{split}")
+    return lines, plan
 
 
 def largest_micro_batches(row: dict, data: Path, work: Path) -> dict[str, int]:
@@ -112,13 +117,25 @@ def largest_micro_batches(row: dict, data: Path, work: Path) -> dict[str, int]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("files", nargs="+", type=Path)
-    parser.add_argument("--data", type=Path, help="GSM8K's raw files: also report each run's real micro-batches")
+    parser.add_argument("--data", type=Path, help="GSM8K's raw files: also plan at each run's real micro-batches")
+    parser.add_argument("--label", action="append", help="only the runs of this label (repeatable)")
+    parser.add_argument("--out", type=Path, help="append each comparison as a `what: plan` row to this JSON list")
     parser.add_argument("--work", type=Path, default=Path("/tmp/plan_check"))
     args = parser.parse_args()
+    rows = []
     for row in measured_rows(args.files):
-        print("\n".join(compare(row)))
-        if args.data:
-            print(f"  largest micro-batches (tokens): {largest_micro_batches(row, args.data, args.work)}")
+        if args.label and row["label"] not in args.label:
+            continue
+        micro_batches = largest_micro_batches(row, args.data, args.work) if args.data else None
+        lines, plan = compare(row, micro_batches)
+        print("\n".join(lines))
+        if micro_batches:
+            print(f"  largest micro-batches (tokens): {micro_batches}")
+        plan["command"] = "python benchmarks/plan_check.py " + " ".join(sys.argv[1:])
+        rows.append(plan)
+    if args.out:
+        existing = json.loads(args.out.read_text()) if args.out.exists() else []
+        args.out.write_text(json.dumps(existing + rows, indent=1) + "\n")
     return 0
 
 

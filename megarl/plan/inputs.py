@@ -34,6 +34,9 @@ class PlanInputs:
     gpu_bytes: int
     host_bytes: int
     calibration: Calibration = field(default_factory=Calibration)
+    # Per phase, a measured run's largest micro-batch in tokens, in place of the recipe's worst case (every prompt at
+    # max_prompt_length): benchmarks/plan_check.py's check of the memory model against runs whose prompts were shorter.
+    micro_batch_tokens: Mapping[str, int] = field(default_factory=dict)
 
     def mesh(self, role: str) -> Mesh:
         """The actor's (which the reference shares) or the critic's."""

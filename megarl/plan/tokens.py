@@ -37,6 +37,8 @@ BATCHING = {
 
 def micro_batch_tokens(inputs: PlanInputs, phase: str) -> int:
     """Tokens in the largest micro-batch of `phase` on one data-parallel rank (all its context-parallel ranks)."""
+    if phase in inputs.micro_batch_tokens:
+        return inputs.micro_batch_tokens[phase]
     batching, cfg = BATCHING[phase], inputs.cfg
     sequence = inputs.sequence_tokens
     prompts = get_key(cfg, batching.mini_batch_key) if batching.mini_batch_key else cfg.data.train_batch_size

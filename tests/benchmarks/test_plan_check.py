@@ -1,6 +1,6 @@
 """benchmarks/plan_check.py and plan_rows.py against the committed memory rows: every recorded rl_memory.py command
 still rebuilds its run's config, each measured phase is set beside the planner's own figure for that config, and the
-largest micro-batches it rebuilds from the data respect the run's token budgets."""
+largest micro-batches it rebuilds from the data respect the run's token budgets and, planned at, lower the worst case."""
 
 import sys
 
@@ -29,7 +29,7 @@ def test_each_measured_phase_meets_the_planners_figure_for_the_runs_config(row):
     gpu_gib = args.gpu_cap_gib or GPU_GIB[row["machine"]]
     planned = {p.name: p.total / GIB for p in plan_memory(plan_inputs(cfg, gpu_gib, 1000.0, args.shape,
                                                                       args.layers)[0]).phases}
-    lines = compare(row)
+    lines, _ = compare(row)
     measured = {key.split("/")[1]: gb * 1e9 / GIB for key, gb in row["memory_gb"].items()
                 if key.endswith("/peak_gb") and key.split("/")[1] in planned and gb}
     assert measured and len(lines) == 1 + len(measured)
@@ -48,3 +48,7 @@ def test_the_rebuilt_micro_batches_stay_within_the_token_budget(tmp_path):
     assert 0 < largest["update_actor"] <= cfg.actor.ppo_max_token_len_per_gpu
     assert 0 < largest["old_log_prob"] <= cfg.actor.log_prob_max_token_len_per_gpu
     assert 0 < largest["update_critic"] <= cfg.critic.ppo_max_token_len_per_gpu
+    _, plan = compare(row, largest)  # its critic's largest micro-batch is below the plan's worst case
+    critic = plan["phases"]["update_critic"]
+    assert critic["predicted_at_run_micro_batch_gib"] < critic["predicted_gib"]
+    assert plan["run_micro_batch_tokens"] == largest

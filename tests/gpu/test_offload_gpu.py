@@ -32,3 +32,23 @@ def test_offloads_move_state_off_the_gpu_and_keep_loaded_weights(tmp_path):
     assert r["plain_after_update_bytes"] - r["param_grad_offload_after_update_bytes"] >= 0.95 * 6 * params
     assert r["param_offload_weights_equal_plain"]
     assert r["checkpoint_differs_from_hf"] and r["hf_load_kept"] and r["checkpoint_load_kept"]
+
+
+def test_weights_coming_back_leave_the_last_passs_cached_blocks_whole():
+    """The reference's pass after the actor's: its weights must not land in the actor's freed logits block, or its own
+    logits find no block of their size and the pass reserves them twice."""
+    from parallel.offload import FrozenState, Residency
+
+    torch.cuda.empty_cache()
+    baseline = torch.cuda.memory_reserved()
+    weights = torch.nn.Linear(4096, 4096, device="cuda", dtype=torch.bfloat16)  # 32 MiB
+    state = FrozenState([weights], Residency(params=True))
+    state.offload_params()
+    logits_size = 1 << 30
+    logits = torch.empty(logits_size, dtype=torch.uint8, device="cuda")
+    del logits  # the last pass's largest tensor, freed into torch's cache
+    with state.weights_in_use():
+        logits = torch.empty(logits_size, dtype=torch.uint8, device="cuda")
+        reserved = torch.cuda.memory_reserved() - baseline
+    del logits
+    assert reserved < logits_size + (64 << 20), reserved / 2**20

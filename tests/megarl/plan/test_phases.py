@@ -100,6 +100,15 @@ def test_a_budget_below_one_sequence_or_above_the_batch_changes_nothing(inputs_f
     assert tokens(10 * mini_batch) == tokens(mini_batch)
 
 
+def test_a_measured_micro_batch_replaces_the_worst_case_in_its_phase_alone(inputs_for):
+    worst = inputs_for("actor.ppo_max_token_len_per_gpu=12288")
+    measured = replace(worst, micro_batch_tokens={"update_actor": 6144})
+    worst_plan, measured_plan = plan_memory(worst), plan_memory(measured)
+    for part in ("logits", "logit gradient"):
+        assert 2 * measured_plan.phase("update_actor").part(part) == worst_plan.phase("update_actor").part(part)
+    assert measured_plan.phase("old_log_prob") == worst_plan.phase("old_log_prob")
+
+
 def test_the_engine_takes_its_fraction_of_what_the_trainer_leaves_free(inputs_for):
     inputs = inputs_for(gpu_gib=80.0)
     cal = inputs.calibration
