@@ -118,7 +118,9 @@ class WorkerHost:
 
     def call(self, name: str, method: str, args: tuple, kwargs: dict) -> Any:
         with torch.profiler.record_function(f"{name}.{method}"):  # a named range in a profiled step's trace
-            return to_cpu(getattr(self.roles[name], method)(*args, **kwargs))
+            result = getattr(self.roles[name], method)(*args, **kwargs)
+        memory.sample_now()  # what the call holds at its end, inside the driver's window of it
+        return to_cpu(result)
 
     def run(self, what: str, keep: bool, *args) -> tuple[str, Any]:
         """The one entry point of both backends: host method `what`, returning ("ok", result) or ("error",

@@ -7,6 +7,7 @@ import pytest
 
 from parallel import memory
 from parallel.memory import MemorySampler
+from parallel.worker import Worker, WorkerHost
 
 
 class Recorded:
@@ -89,3 +90,28 @@ def test_the_reservation_and_the_allocation_are_sampled_with_the_device():
     no_device.sample()
     peaks = no_device.peaks({"w": (2.0, 2.0)})["w"]
     assert peaks["reserved"] is None and peaks["allocated"] is None
+
+
+class Resumes(Worker):
+    """A call that holds its most memory in its last moment, after the sampler's last tick inside it (the weight
+    sync resuming the engine's KV cache)."""
+
+    def __init__(self, device: list[int]):
+        self.device = device
+
+    def sync(self):
+        memory._SAMPLER.sample()  # the thread's last tick inside the call
+        self.device[0] = 90
+
+
+def test_a_workers_call_samples_what_it_holds_as_it_returns(monkeypatch):
+    device = [10]
+    monkeypatch.setattr(memory, "_SAMPLER", MemorySampler(lambda: device[0], lambda: 1))
+    memory._SAMPLER.sample()
+    host = WorkerHost(0, 1)
+    host.roles["rollout"] = Resumes(device)
+    start = time.time()
+    host.call("rollout", "sync", (), {})
+    end = time.time()
+    device[0] = 20  # the next phase's
+    assert memory.peaks({"sync": (start, end)})["sync"]["device"] == 90
