@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from parallel import memory
+from parallel import memory, worker
 from parallel.memory import MemorySampler
 from parallel.worker import Worker, WorkerHost
 
@@ -107,9 +107,10 @@ class Resumes(Worker):
 def test_a_workers_call_samples_what_it_holds_as_it_returns(monkeypatch):
     device = [10]
     monkeypatch.setattr(memory, "_SAMPLER", MemorySampler(lambda: device[0], lambda: 1))
+    monkeypatch.setattr(worker, "_HOST", None)  # the host below registers itself as this process's; put back after
     memory._SAMPLER.sample()
     host = WorkerHost(0, 1)
-    host.roles["rollout"] = Resumes(device)
+    host.add_role("rollout", Resumes, (device,), {})
     start = time.time()
     host.call("rollout", "sync", (), {})
     end = time.time()
