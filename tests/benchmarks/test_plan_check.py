@@ -2,6 +2,7 @@
 still rebuilds its run's config, each measured phase is set beside the planner's own figure for that config, and the
 largest micro-batches it rebuilds from the data respect the run's token budgets and, planned at, lower the worst case."""
 
+import json
 import sys
 
 import pytest
@@ -52,3 +53,22 @@ def test_the_rebuilt_micro_batches_stay_within_the_token_budget(tmp_path):
     critic = plan["phases"]["update_critic"]
     assert critic["predicted_at_run_micro_batch_gib"] < critic["predicted_gib"]
     assert plan["run_micro_batch_tokens"] == largest
+
+
+def test_label_and_commit_pick_the_runs_written_out(tmp_path, monkeypatch, capsys):
+    import plan_check
+
+    row = ROWS[-1]
+    commit = row["commit"].split()[0]
+    out = tmp_path / "plan.json"
+    monkeypatch.setattr(sys, "argv", ["plan_check.py", "--label", row["label"], "--commit", row["commit"],
+                                      "--out", str(out), *map(str, RESULTS)])
+    assert plan_check.main() == 0
+    written = json.loads(out.read_text())
+    same = [r for r in ROWS if r["label"] == row["label"] and r["commit"] == row["commit"]]
+    assert len(written) == len(same) >= 1
+    assert {w["measured_row"] for w in written} == {row["label"]} and {w["commit"] for w in written} == {row["commit"]}
+    monkeypatch.setattr(sys, "argv", ["plan_check.py", "--commit", f"{commit}-none", "--out", str(out),
+                                      *map(str, RESULTS)])
+    assert plan_check.main() == 0
+    assert len(json.loads(out.read_text())) == len(written)  # nothing appended
