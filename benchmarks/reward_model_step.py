@@ -13,6 +13,7 @@ import argparse
 import datetime
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -67,8 +68,8 @@ def summarise(metrics: list[dict]) -> dict:
     steps = [m for m in metrics if m.get("step", 0) > 1] or [m for m in metrics if m.get("step", 0) > 0]
 
     def median(key):
-        values = sorted(m[key] for m in steps if key in m)
-        return values[len(values) // 2] if values else None
+        values = [m[key] for m in steps if key in m]
+        return statistics.median(values) if values else None
 
     tokens, rm_s, logprob_s = median("perf/total_num_tokens"), median("timing_s/reward_model"), median(
         "timing_s/old_log_prob")

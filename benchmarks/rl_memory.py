@@ -22,6 +22,7 @@ import argparse
 import datetime
 import json
 import os
+import statistics
 import subprocess
 import sys
 import threading
@@ -132,8 +133,8 @@ def summarise(metrics: list[dict], ballast_gb: float) -> dict:
     timing = sorted({k for m in steps for k in m if k.startswith("timing_s/")})
 
     def median(key):
-        values = sorted(m[key] for m in steps if key in m)
-        return values[len(values) // 2] if values else None
+        values = [m[key] for m in steps if key in m]
+        return statistics.median(values) if values else None
 
     return {"steps_done": len(steps),
             "memory_gb": {k: max(m.get(k, 0.0) for m in steps) - (ballast_gb if k in device else 0.0) for k in keys},

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -69,16 +70,11 @@ def run_steps(args, cfg, ov: list[str]) -> list[dict]:
     return finished_run(*run_logged(cmd, out_dir, args.time_limit), out_dir)
 
 
-def median(values: list[float]) -> float:
-    values = sorted(values)
-    return values[len(values) // 2]
-
-
 def phase_floors(cfg, hf_config, steps: list[dict], peak: float) -> dict[str, dict]:
     """Per phase: the median time, its FLOP floor at `peak` × GPUs and their ratio."""
     from megarl.trainer.perf import training_flops
 
-    tokens = median([s["perf/total_num_tokens"] for s in steps])
+    tokens = statistics.median([s["perf/total_num_tokens"] for s in steps])
     sequences = cfg.data.train_batch_size * cfg.rollout.n
     lengths = [int(tokens / sequences)] * sequences
     full = training_flops(hf_config, lengths)
@@ -91,12 +87,12 @@ def phase_floors(cfg, hf_config, steps: list[dict], peak: float) -> dict[str, di
     for name, flops in floors.items():
         key = f"timing_s/{name}"
         if all(key in s for s in steps):
-            seconds = median([s[key] for s in steps])
+            seconds = statistics.median([s[key] for s in steps])
             floor = flops / (peak * cfg.world_size)
             out[name] = {"s": seconds, "floor_s": floor, "mfu": floor / seconds}
     for name in ("gen", "reward", "adv", "update_weights"):
         if all(f"timing_s/{name}" in s for s in steps):
-            out[name] = {"s": median([s[f"timing_s/{name}"] for s in steps])}
+            out[name] = {"s": statistics.median([s[f"timing_s/{name}"] for s in steps])}
     return out
 
 
@@ -185,13 +181,14 @@ def baselines(cfg, model: Path, train: Path, row: dict) -> None:
 def summary(cfg, hf_config, metrics: list[dict], peak: float | None) -> dict:
     # After the first step (warm-up), and without a profiled one (the profiler slows it).
     steps = [m for m in metrics if m.get("step", 0) > 1 and m["step"] not in cfg.trainer.profile_steps]
-    responses = median([s["response_length/mean"] for s in steps]) * cfg.data.train_batch_size * cfg.rollout.n
-    gen_s = median([s["timing_s/gen"] for s in steps])
+    responses = (statistics.median([s["response_length/mean"] for s in steps])
+                 * cfg.data.train_batch_size * cfg.rollout.n)
+    gen_s = statistics.median([s["timing_s/gen"] for s in steps])
     phases = phase_floors(cfg, hf_config, steps, peak) if peak else {
-        name: {"s": median([s[key] for s in steps])} for key in steps[0] if key.startswith("timing_s/")
+        name: {"s": statistics.median([s[key] for s in steps])} for key in steps[0] if key.startswith("timing_s/")
         for name in [key.split("/", 1)[1]]}
-    return {"steps_measured": len(steps), "step_s_median": median([s["timing_s/step"] for s in steps]),
-            "tokens_per_s_per_gpu": median([s["perf/throughput"] for s in steps]), "phases": phases,
+    return {"steps_measured": len(steps), "step_s_median": statistics.median([s["timing_s/step"] for s in steps]),
+            "tokens_per_s_per_gpu": statistics.median([s["perf/throughput"] for s in steps]), "phases": phases,
             "mfu": {name: phase["mfu"] for name, phase in phases.items() if "mfu" in phase},
             "gen_tokens_per_s": responses / gen_s,
             "logprob_mult_error": [s.get("rollout/logprob_mult_error") for s in steps]}

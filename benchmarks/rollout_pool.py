@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -65,17 +66,15 @@ def measured(metrics: list[dict], drained: int = 0) -> list[dict]:
 
 
 def run_summary(steps: list[dict]) -> dict:
-    from rl_step import median
 
-    return {"step_s_median": median([s["timing_s/step"] for s in steps]),
-            "tokens_per_s_per_gpu": median([s["perf/throughput"] for s in steps]),
-            "phases_s": {key.split("/", 1)[1]: median([s[key] for s in steps])
+    return {"step_s_median": statistics.median([s["timing_s/step"] for s in steps]),
+            "tokens_per_s_per_gpu": statistics.median([s["perf/throughput"] for s in steps]),
+            "phases_s": {key.split("/", 1)[1]: statistics.median([s[key] for s in steps])
                          for key in steps[0] if key.startswith("timing_s/") and key != "timing_s/step"}}
 
 
 def ahead_summary(steps: list[dict], gen_s: float | None) -> dict:
     """The ahead run's overlap: `gen_s`, the engine's time for a step's generation alone (None: not measured)."""
-    from rl_step import median
 
     row = run_summary(steps)
     phases = row["phases_s"]
@@ -84,8 +83,8 @@ def ahead_summary(steps: list[dict], gen_s: float | None) -> dict:
     row.update({"wait_for_gen_s": waiting, "training_s": training, "gen_alone_s": gen_s,
                 "overlap_efficiency": row["step_s_median"] / max(gen_s, training) if gen_s else None,
                 "sync_s": phases["update_weights"],
-                "sync_gb": median([s["update_weights/bytes_sent_gb"] for s in steps]),
-                "rollout_corr": {key: median([s[key] for s in steps]) for key in steps[0]
+                "sync_gb": statistics.median([s["update_weights/bytes_sent_gb"] for s in steps]),
+                "rollout_corr": {key: statistics.median([s[key] for s in steps]) for key in steps[0]
                                  if key.startswith("rollout_corr/")}})
     return row
 

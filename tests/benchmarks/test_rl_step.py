@@ -42,6 +42,13 @@ def test_medians_skip_the_warm_up_step_and_the_critics_floor_has_its_value_head(
     assert "gen" not in row["mfu"] and row["phases"]["gen"]["s"] == 2.0
 
 
+def test_an_even_count_of_steps_takes_the_mean_of_the_middle_two():
+    cfg = load_config(REPO_ROOT / "recipes/qwen2_5_0_5b_ppo_gsm8k.yaml", [])
+    row = summary(cfg, hf_config("qwen2.5-0.5b"), [step_metrics(1, 9.0), step_metrics(2, 1.0),
+                                                    step_metrics(3, 4.0)], None)
+    assert row["step_s_median"] == 25.0 and row["phases"]["gen"]["s"] == 2.5
+
+
 def test_the_hf_loop_runs_on_the_recipes_prompts_and_the_row_gets_its_ratio(tmp_path):
     setup = write_tiny_rl_setup(tmp_path)
     model, train = setup / "model", setup / "train.parquet"
