@@ -12,12 +12,12 @@ memory (the transformers engine on CPU).
 from __future__ import annotations
 
 import datetime
-import pickle
 from typing import Iterator
 
 import torch
 import torch.distributed as dist
 
+from parallel.objects import object_tensor, tensor_object
 from parallel.reshard import Part
 
 Header = list[tuple[str, tuple[int, ...], torch.dtype, "int | None"]]  # name, shape, dtype, tensor-parallel dim
@@ -68,13 +68,13 @@ class WeightBridge:
         (self.payload if group is None else group).broadcast([tensor], options).wait()
 
     def _broadcast_object(self, value):
-        payload = torch.frombuffer(bytearray(pickle.dumps(value)), dtype=torch.uint8) if self.rank == 0 else None
+        payload = object_tensor(value) if self.rank == 0 else None
         length = torch.tensor([payload.numel() if payload is not None else 0], dtype=torch.int64)
         self._broadcast(length, self.control)
         if payload is None:
             payload = torch.empty(int(length.item()), dtype=torch.uint8)
         self._broadcast(payload, self.control)
-        return pickle.loads(payload.numpy().tobytes())
+        return tensor_object(payload)
 
 
 def _agreed_device(control, size: int) -> torch.device:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import pickle
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Sequence
 
@@ -24,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from parallel.controller import Cluster, Pending, PoolSpec, WorkerGroup, raise_if_failed
+from parallel.objects import object_tensor, tensor_object
 from parallel.spmd_backend import SpmdWorkerGroup, process_where
 from parallel.topology import Rendezvous
 from parallel.worker import WorkerHost
@@ -39,7 +39,7 @@ class Link:
         self.group = dist.ProcessGroupGloo(dist.PrefixStore("megarl/link", store), rank, size, LINK_TIMEOUT)
 
     def send(self, value: Any, dst: int) -> None:
-        payload = torch.frombuffer(bytearray(pickle.dumps(value)), dtype=torch.uint8)
+        payload = object_tensor(value)
         self.group.send([torch.tensor([payload.numel()], dtype=torch.int64)], dst, 0).wait()
         self.group.send([payload], dst, 0).wait()
 
@@ -48,7 +48,7 @@ class Link:
         self.group.recv([length], src, 0).wait()
         payload = torch.empty(int(length.item()), dtype=torch.uint8)
         self.group.recv([payload], src, 0).wait()
-        return pickle.loads(payload.numpy().tobytes())
+        return tensor_object(payload)
 
 
 class ServedWorkerGroup(WorkerGroup):
