@@ -14,7 +14,10 @@ calls, one after another as in a step (one H200, one process, no engine), went f
 
 Compiled at tensor, pipeline and context parallel size 1 on a GPU, where it was measured and checked. There, packed
 attention is one varlen kernel call. Context parallelism's per-sequence loop would specialise the code on every
-micro-batch's lengths; tensor and pipeline parallelism await a check on two GPUs. Elsewhere the layer runs eagerly,
+micro-batch's lengths. At tensor parallel 2 (tried on CPU over gloo, 2026-11-27) dynamo splits every layer at each
+tensor-parallel linear: the autograd function of megatron's linear all-reduces its input gradient with
+`async_op=True`, which dynamo does not trace, and sets a warn-once attribute on a function; new micro-batch shapes
+then compiled new graphs. Pipeline parallelism awaits a check on two GPUs. Elsewhere the layer runs eagerly,
 as megatron's does; LoRA's layers are megatron's own (megarl/models/spec.py). `TORCHDYNAMO_DISABLE=1` turns all
 compilation off.
 """
