@@ -55,13 +55,13 @@ def test_the_rebuilt_micro_batches_stay_within_the_token_budget(tmp_path):
     assert plan["run_micro_batch_tokens"] == largest
 
 
-def test_label_and_commit_pick_the_runs_written_out(tmp_path, monkeypatch, capsys):
+def test_label_and_commit_pick_the_runs_written_out(tmp_path, monkeypatch):
     import plan_check
 
     row = ROWS[-1]
     commit = row["commit"].split()[0]
     out = tmp_path / "plan.json"
-    monkeypatch.setattr(sys, "argv", ["plan_check.py", "--label", row["label"], "--commit", row["commit"],
+    monkeypatch.setattr(sys, "argv", ["plan_check.py", "--label", row["label"], "--commit", commit,
                                       "--out", str(out), *map(str, RESULTS)])
     assert plan_check.main() == 0
     written = json.loads(out.read_text())
