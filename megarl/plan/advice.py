@@ -2,7 +2,9 @@
 gradients, then weights; a combination costs the sum, so single flags come before pairs), then a lower token budget
 (or micro-batch size) for the phases that do not fit, with as few offloads as possible, then a larger tensor-parallel
 size (the smallest that fits, within a node), with as few offloads as possible. Every change names its keys and
-values, and every candidate must pass the recipe's own validation."""
+values, and every candidate must pass the recipe's own validation. The search first asks for room: every update
+below its GPU's memory by the plan's largest measured error in an update (`Calibration.update_shortfall`), so that
+the change is not itself a tight fit; only when no change leaves that room does it take one that merely fits."""
 
 from __future__ import annotations
 
@@ -34,19 +36,20 @@ class Advice:
 
 def cheapest_fix(inputs: PlanInputs) -> Advice | None:
     """None when no change tried fits."""
-    for changes in _candidates(inputs):
-        changed = inputs.with_changes(changes)
-        plan = plan_memory(changed)
-        if plan.fits and _valid(changed):
-            return Advice(tuple(changes.items()), plan)
+    for room in (inputs.calibration.update_shortfall, 0.0):
+        for changes in _candidates(inputs, room):
+            changed = inputs.with_changes(changes)
+            plan = plan_memory(changed)
+            if plan.fits and not plan.tight(room) and _valid(changed):
+                return Advice(tuple(changes.items()), plan)
     return None
 
 
-def _candidates(inputs: PlanInputs) -> Iterator[Changes]:
+def _candidates(inputs: PlanInputs, room: float) -> Iterator[Changes]:
     offloads = _offload_sets(inputs)
     yield from offloads[1:]
     for flags in offloads:
-        budgets = _lower_budgets(inputs.with_changes(flags))
+        budgets = _lower_budgets(inputs.with_changes(flags), room)
         if budgets:
             yield {**flags, **budgets}
     for tp_changes in _larger_tp(inputs):
@@ -67,25 +70,28 @@ def _offload_sets(inputs: PlanInputs) -> list[Changes]:
     return sets
 
 
-def _lower_budgets(inputs: PlanInputs) -> Changes | None:
-    """For every phase that does not fit, the largest budget with which it does; None when a phase that does not
-    fit has no budget (gen, sync, host memory) or does not fit even with one sequence per micro-batch."""
+def _lower_budgets(inputs: PlanInputs, room: float) -> Changes | None:
+    """For every phase that does not fit with `room` (a fraction of its GPU's memory left free), the largest budget
+    with which it does; None when such a phase has no budget (gen, sync, host memory) or does not fit even with one
+    sequence per micro-batch."""
     changes: Changes = {}
-    for estimate in plan_memory(inputs).failing:
+    plan = plan_memory(inputs)
+    for estimate in (*plan.failing, *plan.tight(room)):
         if not isinstance(estimate, PhaseEstimate) or estimate.name not in BATCHING:
             return None
         key = budget_key(inputs, estimate.name)
-        value = _largest_fitting(inputs, estimate, key)
+        value = _largest_fitting(inputs, estimate, key, room)
         if value is None:
             return None
         changes[key] = value
     return changes
 
 
-def _largest_fitting(inputs: PlanInputs, estimate: PhaseEstimate, key: str) -> int | None:
+def _largest_fitting(inputs: PlanInputs, estimate: PhaseEstimate, key: str, room: float) -> int | None:
     def fits(value: int) -> bool:
         changed = inputs.with_changes({key: value})
-        return plan_memory(changed).phase(estimate.name, estimate.pool).fits and _valid(changed)
+        phase = plan_memory(changed).phase(estimate.name, estimate.pool)
+        return phase.fits and phase.total <= (1 - room) * phase.limit and _valid(changed)
 
     current = get_key(inputs.cfg, key)
     if key != BATCHING[estimate.name].tokens_key:  # a micro-batch size in samples: few values, each tried

@@ -13,7 +13,10 @@ SHOWN_PARTS = 3  # the largest parts named in each row
 
 def render(inputs: PlanInputs, plan: MemoryPlan, advice: Advice | None, model: str) -> str:
     """`model` says where the model's shape came from (a config.json path, or a shape name)."""
-    return "\n".join([*_header(inputs, model), "", *_table(plan), "", *_verdict(plan, advice)])
+    tight = plan.tight(inputs.calibration.update_shortfall)
+    return "\n".join([*_header(inputs, model), "", *_table(plan, tight), "",
+                      *_verdict(plan, advice, inputs.calibration.update_shortfall),
+                      *tight_warning(tight, inputs.calibration.update_shortfall)])
 
 
 def _header(inputs: PlanInputs, model: str) -> list[str]:
@@ -33,12 +36,12 @@ def _header(inputs: PlanInputs, model: str) -> list[str]:
     ]
 
 
-def _table(plan: MemoryPlan) -> list[str]:
+def _table(plan: MemoryPlan, tight: tuple[PhaseEstimate, ...]) -> list[str]:
     rows = [("phase", "GiB", "fits", "largest parts (GiB)")]
     for estimate in (*plan.phases, *plan.hosts):
         note = estimate.note if isinstance(estimate, PhaseEstimate) else ""
-        rows.append((_label(estimate), f"{estimate.total / GIB:.1f}", "yes" if estimate.fits else "NO",
-                     _largest(estimate.parts, note)))
+        verdict = "NO" if not estimate.fits else "tight" if estimate in tight else "yes"
+        rows.append((_label(estimate), f"{estimate.total / GIB:.1f}", verdict, _largest(estimate.parts, note)))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     return [f"{r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}".rstrip() for r in rows]
 
@@ -52,7 +55,7 @@ def _largest(parts: Parts, note: str) -> str:
     return f"{text}; {note}" if note else text
 
 
-def _verdict(plan: MemoryPlan, advice: Advice | None) -> list[str]:
+def _verdict(plan: MemoryPlan, advice: Advice | None, shortfall: float) -> list[str]:
     if plan.fits:
         return ["fits: every phase on its GPUs and the host memory of every node"]
     lines = ["does not fit:"]
@@ -63,10 +66,21 @@ def _verdict(plan: MemoryPlan, advice: Advice | None) -> list[str]:
                      "nodes, or ones with more memory")
         return lines
     lines.append(f"cheapest change that fits: {' '.join(advice.overrides)}")
-    changed = [f"{_label(e)} {e.total / GIB:.1f} GiB" for e in (*advice.plan.phases, *advice.plan.hosts)
-               if any(_label(f) == _label(e) for f in plan.failing)]
+    tight = advice.plan.tight(shortfall)
+    changed = [f"{_label(e)} {e.total / GIB:.1f} GiB{' (tight)' if e in tight else ''}"
+               for e in (*advice.plan.phases, *advice.plan.hosts) if any(_label(f) == _label(e) for f in plan.failing)]
     lines.append(f"  with it: {', '.join(changed)}")
     return lines
+
+
+def tight_warning(tight: tuple[PhaseEstimate, ...], shortfall: float) -> list[str]:
+    """A line naming the updates planned within the largest measured error of an update's plan of their GPU's
+    memory; none when no update is."""
+    if not tight:
+        return []
+    phases = ", ".join(f"{_label(e)} {e.total / GIB:.1f} of {e.limit / GIB:.1f} GiB" for e in tight)
+    return [f"tight: {phases}: within {shortfall * 100:.0f} % of the GPU's memory, the largest error of an update's "
+            "plan measured so far (docs/memory.md), so it may not fit; a lower token budget or an offload leaves room"]
 
 
 def _label(estimate: PhaseEstimate | HostEstimate) -> str:

@@ -62,5 +62,11 @@ class MemoryPlan:
     def failing(self) -> tuple[PhaseEstimate | HostEstimate, ...]:
         return tuple(e for e in (*self.phases, *self.hosts) if not e.fits)
 
+    def tight(self, shortfall: float) -> tuple[PhaseEstimate, ...]:
+        """The updates that fit, but by less than `shortfall` of their GPU's memory: the plan's error in an update
+        (calibration.update_shortfall) could fill it."""
+        return tuple(p for p in self.phases
+                     if p.name.startswith("update") and p.fits and p.total > (1 - shortfall) * p.limit)
+
     def phase(self, name: str, pool: str = "trainer") -> PhaseEstimate:
         return next(p for p in self.phases if p.name == name and p.pool == pool)

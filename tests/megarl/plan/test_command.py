@@ -44,6 +44,23 @@ def test_a_shape_that_does_not_fit_names_the_cheapest_change(capsys):
     assert "cheapest change that fits: actor.megatron.optimizer_offload=true" in out
 
 
+TIGHT_18_LAYERS = ("--shape", "qwen3-8b", "--layers", "18", "--gpu-memory", "23", "--host-memory", "512",
+                   "actor.megatron.tensor_model_parallel_size=2", "rollout.tensor_model_parallel_size=2",
+                   "trainer.n_gpus_per_node=2", "actor.megatron.optimizer_offload=true",
+                   "actor.megatron.grad_offload=true")
+
+
+def test_an_update_within_the_plans_error_of_the_gpu_is_marked_tight(capsys):
+    code, out, _ = plan(capsys, *TIGHT_18_LAYERS, "actor.ppo_max_token_len_per_gpu=4864")
+    assert code == 0  # it fits
+    table = rows(out)
+    assert table["update_actor"][2] == "tight" and table["gen"][2] == "yes"
+    assert "tight: update_actor 23.0 of 23.0 GiB: within 14 % of the GPU's memory" in out
+    code, out, _ = plan(capsys, *TIGHT_18_LAYERS, "actor.ppo_max_token_len_per_gpu=4096",
+                        "actor.megatron.grad_reduce_in_fp32=false")  # bf16 gradients: 18.2 GiB
+    assert code == 0 and rows(out)["update_actor"][2] == "yes" and "tight" not in out
+
+
 def test_a_directory_holding_only_config_json_and_fewer_layers(capsys, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(SHAPES["qwen3-8b"]))
     code, out, _ = plan(capsys, f"model.path={tmp_path}", "--layers", "18", "--gpu-memory", "80",
