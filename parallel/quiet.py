@@ -1,5 +1,6 @@
 """What megarl's processes keep off the console: library warnings a user cannot act on (the Transformer Engine and
-Apex fallbacks that `accelerators_notice` sums up once, megatron's and torch's deprecations of calls megatron makes)
+Apex fallbacks that `accelerators_notice` sums up once, megatron's and torch's deprecations of calls megatron makes,
+runpy's note on the processes a `python -m megarl.X` spawns)
 and per-file progress bars of transformers and datasets. `MEGARL_VERBOSE=1` (`--verbose`) keeps everything, in
 this process and in the processes it starts.
 
@@ -21,6 +22,10 @@ NOISE = (
     (FutureWarning, r"`torch\.distributed\.(reduce_scatter_tensor|all_gather_into_tensor)` is deprecated"),
     # megatron reads .grad of every parameter; on CPU (parallel/cpu_compat.py) they pass through a torch function mode
     (UserWarning, r"The \.grad attribute of a Tensor that is not a leaf Tensor is being accessed"),
+    (UserWarning, r"TypedStorage is deprecated"),  # megatron's grad buffers call .storage()
+    # A process that `python -m megarl.X` starts with the spawn method (SGLang's schedulers) runs megarl.X as its
+    # __mp_main__ with megarl.X already imported, and runpy warns of it: 8 lines in a run at TP 2.
+    (RuntimeWarning, r"'megarl\.[\w.]+' found in sys\.modules after import of package 'megarl'"),
 )
 PROGRESS_BARS = ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS")
 

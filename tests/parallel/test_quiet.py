@@ -32,3 +32,14 @@ def test_be_verbose_undoes_the_filters_and_keeps_them_off_in_child_processes():
                           timeout=60)
     assert proc.stdout.split() == ["1", "False"] and "Apex is not installed" in proc.stderr
     assert os.environ.get("MEGARL_VERBOSE") is None  # this test process is untouched
+
+
+def test_a_spawned_child_running_its_megarl_main_again_is_not_announced():
+    """A child a `python -m megarl.X` process spawns imports megarl.X before runpy runs it as __mp_main__."""
+    code = "import megarl.rng, runpy; runpy.run_module('megarl.rng', run_name='__mp_main__')"
+    quiet = {key: value for key, value in ENV.items() if key != "MEGARL_VERBOSE"}
+    for env, announced in ((quiet, False), ({**quiet, "MEGARL_VERBOSE": "1"}, True)):
+        proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert ("found in sys.modules after import of package 'megarl'" in proc.stderr) is announced
