@@ -73,6 +73,7 @@ class TrainedState(_Weights):
     def __init__(self, chunks: list, residency: Residency):
         self.chunks, self.residency = chunks, residency
         self.params_on_device = self.grads_on_device = True
+        self.updating = False
 
     def _buffers(self):
         for chunk in self.chunks:
@@ -109,7 +110,23 @@ class TrainedState(_Weights):
 
     @contextmanager
     def update_in_use(self):
-        """Weights and gradient buffers on the GPU for one update."""
+        """Weights and gradient buffers on the GPU for one update. Nested (an update of several optimizer steps
+        around each step's own), only the outermost moves anything: between its steps the offloads would move the
+        state out and back, and the cache emptied after each step made the next allocate its blocks afresh (in a
+        profile of the 0.5B PPO recipe's updates of two steps, one H100, cudaFree and cudaMalloc took 114 of
+        update_actor's 749 ms and 127 of update_critic's 539 ms, about half of it after the first step)."""
+        if self.updating:
+            yield
+            return
+        self.updating = True
+        try:
+            with self._update_in_use():
+                yield
+        finally:
+            self.updating = False
+
+    @contextmanager
+    def _update_in_use(self):
         with self.weights_in_use():
             self.restore_grads()
             try:

@@ -66,6 +66,11 @@ class RoleModel:
         with self.weights_in_use():
             return compute_sequence_scores(self.chunks, sequences, micro_batches, device=self.device)
 
+    def updating(self):
+        """The role's weights and gradient buffers on the GPU through an update of several optimizer steps: the
+        steps inside move nothing, and the offloads and the update's cached blocks go once, after the last."""
+        return self.state.update_in_use()
+
     def train_step(self, batches, loss_fn) -> dict:
         if self.optimizer is None:
             raise RuntimeError(f"the {self.name} is not trained")

@@ -57,7 +57,8 @@ class ActorWorker(TrainedWorker):
         `old_log_probs`, `advantages` (and `ref_log_prob` with a KL loss; `ptx_prompt_ids`, `ptx_responses`,
         `ptx_response_mask` with PPO-ptx). Returns verl's `actor/*` metrics averaged over the optimizer steps,
         identical on every rank."""
-        return ppo_epochs(batch, self.inputs.update, self._update_mini_batch, "actor")
+        with self.model.updating():
+            return ppo_epochs(batch, self.inputs.update, self._update_mini_batch, "actor")
 
     def _update_mini_batch(self, part: Batch) -> dict[str, float]:
         loss, device = self.inputs.loss, self.model.device

@@ -32,7 +32,8 @@ class CriticWorker(TrainedWorker):
     def update_critic(self, batch: Batch) -> dict[str, float]:
         """Clipped value-loss epochs over mini-batches; needs `values` and `returns`. Returns verl's
         `critic/vf_loss`, `critic/vf_clipfrac`, `critic/vpred_mean`, `critic/grad_norm`, `critic/lr`."""
-        return ppo_epochs(batch, self.inputs.update, self._update_mini_batch, "critic")
+        with self.model.updating():
+            return ppo_epochs(batch, self.inputs.update, self._update_mini_batch, "critic")
 
     def _update_mini_batch(self, part: Batch) -> dict[str, float]:
         device, cliprange = self.model.device, self.inputs.cliprange_value

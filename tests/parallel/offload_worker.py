@@ -1,6 +1,7 @@
 """Gradient offload on CPU (run under torchrun by test_offload.py): two actors from one checkpoint, one with
 `grad_offload`, train three steps side by side. Writes, per step, both losses and grad norms, whether the offloaded
-actor's gradient buffers hold storage between steps, and whether the weights stay identical."""
+actor's gradient buffers hold storage between steps, and whether the weights stay identical. Then an update of two
+steps (`updating()`): the offloaded actor's buffers between its steps and after it."""
 
 import json
 import sys
@@ -36,6 +37,13 @@ def main():
         step["weights_equal"] = all(torch.equal(a, b) for (_, a), (_, b)
                                     in zip(kept.named_parameters(), freed.named_parameters()))
         result["steps"].append(step)
+    loss = lambda output, batch: (output.float().square().mean(), {})  # noqa: E731
+    with freed.updating(), kept.updating():
+        norms = [(freed.train_step(batches, loss)["grad_norm"], kept.train_step(batches, loss)["grad_norm"])]
+        result["freed_bytes_within_an_update"] = grad_storage_bytes(freed)
+        norms.append((freed.train_step(batches, loss)["grad_norm"], kept.train_step(batches, loss)["grad_norm"]))
+    result["freed_bytes_after_an_update"] = grad_storage_bytes(freed)
+    result["update_grad_norms"] = norms
     with open(out, "w") as f:
         json.dump(result, f)
     topology.destroy()
