@@ -1,5 +1,5 @@
 """The launch check of `megarl train`: the same plan as `megarl plan`, run before any worker starts, refusing a
-run that cannot fit with the plan's table, and warning of a phase that fits by less than the plan's error."""
+run that cannot fit with the plan's table, and warning of an update that fits by less than the plan's error in one."""
 
 from __future__ import annotations
 
