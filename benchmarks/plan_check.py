@@ -119,13 +119,16 @@ def main() -> int:
     parser.add_argument("files", nargs="+", type=Path)
     parser.add_argument("--data", type=Path, help="GSM8K's raw files: also plan at each run's real micro-batches")
     parser.add_argument("--label", action="append", help="only the runs of this label (repeatable)")
-    parser.add_argument("--commit", action="append", help="only the runs at this commit, as their rows name it first (repeatable)")
+    parser.add_argument("--commit", action="append",
+                        help="only the runs at this commit, as their rows name it first (repeatable)")
     parser.add_argument("--out", type=Path, help="append each comparison as a `what: plan` row to this JSON list")
     parser.add_argument("--work", type=Path, default=Path("/tmp/plan_check"))
     args = parser.parse_args()
     rows = []
     for row in measured_rows(args.files):
-        if (args.label and row["label"] not in args.label) or (args.commit and row["commit"].split()[0] not in args.commit):
+        if args.label and row["label"] not in args.label:
+            continue
+        if args.commit and row["commit"].split()[0] not in args.commit:
             continue
         micro_batches = largest_micro_batches(row, args.data, args.work) if args.data else None
         lines, plan = compare(row, micro_batches)

@@ -165,8 +165,8 @@ def sample_now() -> None:
     """A sample of this process's now, if its sampler runs: `WorkerHost.call` takes one as each call returns, so the
     memory a call holds at its end is inside the driver's window of it. The thread alone may miss it: the weight sync
     resumes the engine's KV cache in its last milliseconds, and on an H200 the sync's peak read 27-56 GiB below the
-    generation's, which holds no more than that (its KV cache resumed); no GPU run has measured the sync with this
-    sample yet."""
+    generation's, which holds no more than that (its KV cache resumed). With this sample the sync's peak matched its
+    plan within 1.4 % in five runs at ab68815 (docs/memory.md)."""
     if _SAMPLER is not None:
         _SAMPLER.sample()
 

@@ -71,9 +71,9 @@ def _offload_sets(inputs: PlanInputs) -> list[Changes]:
 
 
 def _lower_budgets(inputs: PlanInputs, room: float) -> Changes | None:
-    """For every phase that does not fit with `room` (a fraction of its GPU's memory left free), the largest budget
-    with which it does; None when such a phase has no budget (gen, sync, host memory) or does not fit even with one
-    sequence per micro-batch."""
+    """For every phase that does not fit, or is an update without `room` (a fraction of its GPU's memory left free),
+    the largest budget with which it fits with that room; None when such a phase has no budget (gen, sync, host
+    memory) or does not fit even with one sequence per micro-batch."""
     changes: Changes = {}
     plan = plan_memory(inputs)
     for estimate in (*plan.failing, *plan.tight(room)):
@@ -91,7 +91,7 @@ def _largest_fitting(inputs: PlanInputs, estimate: PhaseEstimate, key: str, room
     def fits(value: int) -> bool:
         changed = inputs.with_changes({key: value})
         phase = plan_memory(changed).phase(estimate.name, estimate.pool)
-        return phase.fits and phase.total <= (1 - room) * phase.limit and _valid(changed)
+        return phase.fits and not phase.tight(room) and _valid(changed)
 
     current = get_key(inputs.cfg, key)
     if key != BATCHING[estimate.name].tokens_key:  # a micro-batch size in samples: few values, each tried

@@ -13,10 +13,10 @@ SHOWN_PARTS = 3  # the largest parts named in each row
 
 def render(inputs: PlanInputs, plan: MemoryPlan, advice: Advice | None, model: str) -> str:
     """`model` says where the model's shape came from (a config.json path, or a shape name)."""
-    tight = plan.tight(inputs.calibration.update_shortfall)
-    return "\n".join([*_header(inputs, model), "", *_table(plan, tight), "",
-                      *_verdict(plan, advice, inputs.calibration.update_shortfall),
-                      *tight_warning(tight, inputs.calibration.update_shortfall)])
+    shortfall = inputs.calibration.update_shortfall
+    tight = plan.tight(shortfall)
+    return "\n".join([*_header(inputs, model), "", *_table(plan, tight), "", *_verdict(plan, advice, shortfall),
+                      *tight_warning(tight, shortfall)])
 
 
 def _header(inputs: PlanInputs, model: str) -> list[str]:

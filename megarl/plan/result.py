@@ -34,6 +34,11 @@ class PhaseEstimate(_Summed):
     def fits(self) -> bool:
         return self.total <= self.limit and self.problem is None
 
+    def tight(self, shortfall: float) -> bool:
+        """An update that fits, but by less than `shortfall` of its GPU's memory: the plan's error in an update
+        (calibration.update_shortfall) could fill it. Only updates: the other phases' plans measured within 3 %."""
+        return self.name.startswith("update") and self.fits and self.total > (1 - shortfall) * self.limit
+
 
 @dataclass(frozen=True)
 class HostEstimate(_Summed):
@@ -63,10 +68,8 @@ class MemoryPlan:
         return tuple(e for e in (*self.phases, *self.hosts) if not e.fits)
 
     def tight(self, shortfall: float) -> tuple[PhaseEstimate, ...]:
-        """The updates that fit, but by less than `shortfall` of their GPU's memory: the plan's error in an update
-        (calibration.update_shortfall) could fill it."""
-        return tuple(p for p in self.phases
-                     if p.name.startswith("update") and p.fits and p.total > (1 - shortfall) * p.limit)
+        """The phases that are `PhaseEstimate.tight`."""
+        return tuple(p for p in self.phases if p.tight(shortfall))
 
     def phase(self, name: str, pool: str = "trainer") -> PhaseEstimate:
         return next(p for p in self.phases if p.name == name and p.pool == pool)
