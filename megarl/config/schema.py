@@ -114,7 +114,17 @@ class ActorConfig:
 
 
 @dataclass(frozen=True)
+class RefMegatronConfig:
+    """The reference runs in the actor's processes with the actor's parallel layout; only its residency is its own."""
+
+    # The weights in pinned host memory outside the reference's pass (true), or on the GPU throughout (false: 2 bytes
+    # per parameter held in every phase, the weights' copy in each pass saved; docs/memory.md).
+    param_offload: bool = True
+
+
+@dataclass(frozen=True)
 class RefConfig:
+    megatron: RefMegatronConfig = field(default_factory=RefMegatronConfig)
     log_prob_micro_batch_size_per_gpu: int = II("actor.log_prob_micro_batch_size_per_gpu")
     log_prob_max_token_len_per_gpu: int = II("actor.log_prob_max_token_len_per_gpu")
 

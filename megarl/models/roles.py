@@ -2,9 +2,10 @@
 and reference (frozen actor weights).
 
 Each role's weights are on the GPU during its own calls (`weights_in_use`); between them they stay or leave as the
-role's `megatron.param_offload` / `grad_offload` say (parallel/offload.py). The reference always leaves: it is used
-once per step, so a host→device copy there is cheaper than a second full copy of the weights held in GPU memory
-while generation and training run.
+role's `megatron.param_offload` / `grad_offload` say (parallel/offload.py). The reference leaves by default
+(`ref.megatron.param_offload`): it is used once per step, so a host→device copy there is cheaper than a second full
+copy of the weights held in GPU memory while generation and training run. Where memory is plentiful, resident
+weights save that copy in each of its passes.
 """
 
 from __future__ import annotations
@@ -205,11 +206,12 @@ def build_reward_model(hf_path, megatron: MegatronConfig, bf16: bool = False, re
     return reward_model
 
 
-def build_reference(hf_path, megatron: MegatronConfig, bf16: bool = False) -> RoleModel:
+def build_reference(hf_path, megatron: MegatronConfig, bf16: bool = False, param_offload: bool = True) -> RoleModel:
+    """The frozen policy; `param_offload`: its weights in pinned host memory outside its calls."""
     bridge, model = _build(hf_path, megatron, trainable=False, value_head=False, bf16=bf16)
     for chunk in model:
         chunk.requires_grad_(False)
-    reference = RoleModel("reference", bridge, model, FrozenState(model, Residency(params=True)))
+    reference = RoleModel("reference", bridge, model, FrozenState(model, Residency(params=param_offload)))
     reference.state.settle()
     return reference
 

@@ -8,7 +8,8 @@ weights 4P/S and Adam's two moments 8P/S. The offloads change where they are:
   copy of the gradient shard (4P/S); the GPU holds none of it, in any phase.
 - grad_offload: the gradient buffers are freed outside the role's own update (nothing is copied out).
 - param_offload: the weights move to a pinned host copy (2P) outside the role's own calls.
-The reference is frozen (no gradients, no optimizer) and always offloaded: on the GPU only for its forward. A LoRA
+The reference is frozen (no gradients, no optimizer); offloaded (`ref.megatron.param_offload`, the default) it is on
+the GPU only for its forward. A LoRA
 actor trains only its adapters (T parameters: gradients 4T, optimizer 12T/S, beside the 2(P + T) weights) and is its
 own reference.
 """
@@ -72,7 +73,8 @@ def role_states(inputs: PlanInputs) -> dict[str, RoleState]:
         states["actor"] = replace(states["actor"], adapters=adapters)
     if cfg.reference_model:
         states["reference"] = RoleState("reference", states["actor"].parameters, mesh.optimizer_shards, trained=False,
-                                        param_offload=True, grad_offload=False, optimizer_offload=False)
+                                        param_offload=cfg.ref.megatron.param_offload, grad_offload=False,
+                                        optimizer_offload=False)
     if cfg.use_critic:
         mesh = inputs.mesh("critic")
         parameters = inputs.critic.gpu_parameters(mesh.tp, mesh.pp, value_head=True)

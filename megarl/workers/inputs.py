@@ -98,6 +98,7 @@ class ReferenceInputs:
     model: ModelSource
     temperature: float
     log_prob: MicroBatching
+    param_offload: bool  # its weights in host memory outside its passes
 
 
 @dataclass(frozen=True)
@@ -188,7 +189,8 @@ def _reference_log_prob(cfg: MegaRLConfig) -> MicroBatching:
 
 
 def reference_inputs(cfg: MegaRLConfig) -> ReferenceInputs:
-    return ReferenceInputs(_policy_model(cfg), logprob_temperature(cfg.rollout), _reference_log_prob(cfg))
+    return ReferenceInputs(_policy_model(cfg), logprob_temperature(cfg.rollout), _reference_log_prob(cfg),
+                           cfg.ref.megatron.param_offload)
 
 
 def reward_model_inputs(cfg: MegaRLConfig) -> RewardModelInputs:

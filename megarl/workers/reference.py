@@ -1,5 +1,5 @@
-"""The reference role: the frozen initial policy, kept in host memory between its passes (megarl/models/roles.py
-says why), for the KL penalty or loss."""
+"""The reference role: the frozen initial policy, for the KL penalty or loss; kept in host memory between its passes
+unless `ref.megatron.param_offload` is false."""
 
 from __future__ import annotations
 
@@ -20,10 +20,11 @@ class ReferenceWorker(Worker):
     def __init__(self, inputs: ReferenceInputs):
         join_mesh(inputs.model)
         self.inputs = inputs
-        self.model = build_reference(inputs.model.path, inputs.model.megatron, bf16=torch.cuda.is_available())
+        self.model = build_reference(inputs.model.path, inputs.model.megatron, bf16=torch.cuda.is_available(),
+                                     param_offload=inputs.param_offload)
 
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
-        """`ref_log_prob` [B, R] at the rollout temperature; the weights visit the GPU for this pass only."""
+        """`ref_log_prob` [B, R] at the rollout temperature."""
         return reference_columns(batch, self.inputs.log_prob.split,
                                  partial(self.model.logprobs, temperature=self.inputs.temperature))

@@ -50,12 +50,27 @@ def test_each_offload_lowers_exactly_its_phases_by_its_bytes(inputs_for, role, f
     assert plan_after.phase("sync").note == "once the KV cache resumes"
 
 
+def test_a_resident_reference_holds_its_weights_in_every_phase_and_none_in_host_memory(inputs_for):
+    recipe = ["algorithm.adv_estimator=gae", "actor.megatron.tensor_model_parallel_size=2",
+              "critic.megatron.tensor_model_parallel_size=2", "rollout.tensor_model_parallel_size=2"]
+    offloaded = plan_memory(inputs_for(*recipe, gpu_gib=1000.0))
+    resident_inputs = inputs_for(*recipe, "ref.megatron.param_offload=false", gpu_gib=1000.0)
+    resident = plan_memory(resident_inputs)
+    weights = 2 * role_states(resident_inputs)["reference"].parameters
+    for phase, added in drops(resident, offloaded).items():
+        if phase in ("gen", "sync"):
+            assert added == pytest.approx((1 - FRACTION) * weights, abs=1), phase
+        else:
+            assert added == (0 if phase == "ref" else weights), phase
+    assert offloaded.hosts[0].part("reference weights") > 0 and resident.hosts[0].part("reference weights") == 0
+
+
 def test_host_memory_holds_what_the_offloads_move(inputs_for):
     before = inputs_for("actor.megatron.optimizer_offload=false")
     state = role_states(before)["actor"]
     host = plan_memory(before).hosts[0]
     gpus = 4
-    assert host.part("reference weights") == gpus * 2 * state.parameters  # always offloaded
+    assert host.part("reference weights") == gpus * 2 * state.parameters  # offloaded by default
     assert host.part("actor optimizer") == 0
     with_all = inputs_for("actor.megatron.optimizer_offload=true", "actor.megatron.param_offload=true",
                           "actor.megatron.grad_offload=true")
