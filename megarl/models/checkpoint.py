@@ -36,7 +36,6 @@ from megatron.core.utils import unwrap_model
 from torch.distributed.checkpoint.api import CheckpointException
 
 from megarl import rng
-from megarl.models import fallbacks
 from megarl.models.lora import is_adapter
 
 logger = logging.getLogger(__name__)
@@ -244,12 +243,10 @@ def _check_shapes(sharded: dict, model_dir: Path, hf_path) -> None:
 def _restore_adam_steps(optimizer) -> None:
     """megatron (0.16) loads torch Adam's step into its param groups, then copies the loading side's (zero) step over
     the parameters' one, which it shares among them (torch Adam would advance a shared step once per parameter):
-    each parameter gets its own tensor holding the loaded step. The loaded param groups are the saved ones, fused
-    or not (a checkpoint from before megarl fused them): fused again here, with the steps where the kernel reads them."""
+    each parameter gets its own tensor holding the loaded step."""
     if HAVE_APEX_OR_TE:
         return
-    fallbacks.fuse_adam(optimizer)
     for opt in getattr(optimizer, "chained_optimizers", [optimizer]):
         for group in opt.optimizer.param_groups:
             for param in group["params"]:
-                opt.optimizer.state[param]["step"] = fallbacks.adam_step(group["step"], param, group)
+                opt.optimizer.state[param]["step"] = torch.tensor(float(group["step"]))

@@ -69,7 +69,6 @@ def build_optimizer(
         config.use_precision_aware_optimizer = True
         config.use_precision_aware_optimizer_no_fp8_or_ds_fp8 = True
     optimizer = get_megatron_optimizer(config, model)
-    fallbacks.fuse_adam(optimizer)
     allocate_optimizer_state(optimizer)
     scheduler = OptimizerParamScheduler(
         optimizer,
@@ -97,9 +96,8 @@ def allocate_optimizer_state(optimizer) -> None:
         if len(opt.optimizer.state) == 0 and opt.init_state_fn is not None:
             opt.init_state_fn(opt.optimizer, opt.config)
             if not HAVE_APEX_OR_TE:
-                for group in opt.optimizer.param_groups:
-                    for param in group["params"]:
-                        opt.optimizer.state[param]["step"] = fallbacks.adam_step(0, param, group)
+                for state in opt.optimizer.state.values():
+                    state["step"] = torch.tensor(0.0)
 
 
 def train_step(model: list, optimizer, scheduler, batches: list[PackedBatch], loss_fn: LossFn) -> dict:

@@ -4,7 +4,6 @@
 - whether the parameter-offloaded actor's weights equal the plain actor's after two updates (same GPU optimizer);
 - Megatron-LM PR #5071: with optimizer offload, an update at lr 0 after the HF load, and after loading a weights-only
   checkpoint of other weights, leaves exactly the loaded weights (stale fp32 copies would write back others);
-- where the plain actor's Adam steps count (torch's fused kernel: on the GPU);
 - the device bytes a reference holds after a pass, offloaded (`ref.megatron.param_offload`, the default) or not."""
 
 import json
@@ -73,10 +72,6 @@ def main():
     reloaded.train_step(BATCHES, loss)
     result["checkpoint_load_kept"] = all(torch.equal(plain_w[k], v) for k, v in weights(reloaded).items())
     result["checkpoint_differs_from_hf"] = any(not torch.equal(plain_w[k], v) for k, v in loaded.items())
-    inners = [chained.optimizer for chained in getattr(plain.optimizer, "chained_optimizers", [plain.optimizer])]
-    result["adam"] = {"fused": sorted({str(group["fused"]) for inner in inners for group in inner.param_groups}),
-                      "step_devices": sorted({state["step"].device.type for inner in inners
-                                              for state in inner.state.values()})}
     references = []
     for name, offload in (("offloaded", True), ("resident", False)):
         before = allocated()

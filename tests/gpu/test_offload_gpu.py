@@ -32,7 +32,6 @@ def test_offloads_move_state_off_the_gpu_and_keep_loaded_weights(tmp_path):
     assert r["plain_after_update_bytes"] - r["param_grad_offload_after_update_bytes"] >= 0.95 * 6 * params
     assert r["param_offload_weights_equal_plain"]
     assert r["checkpoint_differs_from_hf"] and r["hf_load_kept"] and r["checkpoint_load_kept"]
-    assert r["adam"] == {"fused": ["True"], "step_devices": ["cuda"]}
     assert r["reference_offloaded_bytes"] < 0.05 * 2 * params
     assert r["reference_resident_bytes"] >= 0.95 * 2 * params
 

@@ -45,13 +45,3 @@ def test_bf16_gradient_buffers_take_half_the_memory_and_train(steps):
     assert fp32["dtypes"] == ["torch.float32"] and bf16["dtypes"] == ["torch.bfloat16"]
     assert bf16["bytes"] * 2 == fp32["bytes"]
     assert bf16["grad_norm"] == pytest.approx(fp32["grad_norm"], rel=0.05) and bf16["grad_norm"] > 0
-
-
-def test_adam_runs_torchs_fused_kernel_and_steps_as_foreach_does(steps):
-    """megatron builds torch's AdamW unfused without Apex or TE; megarl fuses it (megarl/models/fallbacks.py)."""
-    adam = steps["adam"]
-    assert adam["fused"]["fused"] == ["True"] and adam["foreach"]["fused"] == ["None"]
-    for mode in ("fused", "foreach"):
-        assert adam[mode]["step_counts"] == [3.0], mode
-        assert adam[mode]["distinct_step_tensors"] == adam[mode]["parameters"], mode
-    assert adam["largest_weight_difference"] < 1e-6

@@ -1,7 +1,6 @@
 """RoleModel.train_step (run under torchrun by test_training.py): writes the lr used by each of five steps, with
 warmup 2 and cosine decay over 5 steps; then, for one step over three micro-batches, the metrics each micro-batch's
-loss function gave (as floats) and the step's sums of them, as train_step returns them and after reduce_metrics; the
-gradient buffers' dtypes and sizes; and fused against foreach Adam."""
+loss function gave (as floats) and the step's sums of them, as train_step returns them and after reduce_metrics."""
 
 import json
 import sys
@@ -9,7 +8,6 @@ import sys
 import torch
 
 from megarl.config.schema import MegatronConfig, OptimConfig
-from megarl.models.fallbacks import adam_step
 from megarl.models.packing import pack_sequences
 from megarl.models.roles import build_actor
 from megarl.workers.updates import reduce_metrics
@@ -28,32 +26,6 @@ def grad_buffers(model_dir: str, optim: OptimConfig) -> dict:
         found["fp32" if fp32 else "bf16"] = {"dtypes": sorted({str(b.dtype) for b in buffers}),
                                              "bytes": sum(b.numel() * b.element_size() for b in buffers),
                                              "grad_norm": float(norm)}
-    return found
-
-
-def fused_against_foreach(model_dir: str, optim: OptimConfig) -> dict:
-    """Two actors trained alike for three steps: one as built (torch's fused Adam), one switched back to torch's
-    foreach implementation. Per actor: its param groups' `fused`, and the step counts of its parameters (one tensor
-    each); and the largest difference between their weights after the steps."""
-    found, weights = {}, {}
-    for mode in ("fused", "foreach"):
-        actor = build_actor(model_dir, MegatronConfig(), optim, total_steps=3)
-        inners = [chained.optimizer for chained in getattr(actor.optimizer, "chained_optimizers", [actor.optimizer])]
-        if mode == "foreach":
-            for inner in inners:
-                for group in inner.param_groups:
-                    group.update(fused=None, foreach=None)
-                    for param in group["params"]:
-                        inner.state[param]["step"] = adam_step(inner.state[param]["step"], param, group)
-        batches = [pack_sequences([torch.arange(2, 10), torch.arange(20, 26)])]
-        for _ in range(3):
-            actor.train_step(batches, lambda output, batch: (output.float().square().mean(), {}))
-        steps = [inner.state[p]["step"] for inner in inners for group in inner.param_groups for p in group["params"]]
-        found[mode] = {"fused": sorted({str(group["fused"]) for inner in inners for group in inner.param_groups}),
-                       "step_counts": sorted({float(step) for step in steps}),
-                       "distinct_step_tensors": len({id(step) for step in steps}), "parameters": len(steps)}
-        weights[mode] = [param.detach().clone() for chunk in actor.chunks for param in chunk.parameters()]
-    found["largest_weight_difference"] = max(float((a - b).abs().max()) for a, b in zip(*weights.values()))
     return found
 
 
@@ -79,8 +51,7 @@ def main():
     step = actor.train_step(batches, loss_fn)
     with open(out, "w") as f:
         json.dump({"lrs": lrs, "given": given, "summed": {key: float(step[key]) for key in given[0]},
-                   "reduced": reduce_metrics(step), "grad_buffers": grad_buffers(model_dir, optim),
-                   "adam": fused_against_foreach(model_dir, optim)}, f)
+                   "reduced": reduce_metrics(step), "grad_buffers": grad_buffers(model_dir, optim)}, f)
     topology.destroy()
 
 
