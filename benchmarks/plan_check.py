@@ -31,7 +31,8 @@ from megarl.plan.calibration import GIB
 from megarl.plan.inputs import get_key
 from megarl.plan.tokens import BATCHING
 
-GPU_GIB = {"nvidia-h200": 140.4, "nvidia-h200-x2": 140.4, "nvidia-h100-x1": 79.6474609375}  # nvidia-smi's totals
+GPU_GIB = {"nvidia-h200": 140.4, "nvidia-h200-x2": 140.4, "nvidia-h100-x1": 79.6474609375,
+           "nvidia-h100-x2": 79.6474609375}  # nvidia-smi's totals
 
 
 def measured_rows(files: list[Path]):
