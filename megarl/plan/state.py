@@ -9,9 +9,8 @@ weights 4P/S and Adam's two moments 8P/S. The offloads change where they are:
 - grad_offload: the gradient buffers are freed outside the role's own update (nothing is copied out).
 - param_offload: the weights move to a pinned host copy (2P) outside the role's own calls.
 The reference is frozen (no gradients, no optimizer); offloaded (`ref.megatron.param_offload`, the default) it is on
-the GPU only for its forward. A LoRA
-actor trains only its adapters (T parameters: gradients 4T, optimizer 12T/S, beside the 2(P + T) weights) and is its
-own reference.
+the GPU only for its forward. A LoRA actor trains only its adapters (T parameters: gradients 4T, optimizer 12T/S,
+beside the 2(P + T) weights) and is its own reference.
 """
 
 from __future__ import annotations

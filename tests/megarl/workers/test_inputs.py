@@ -37,6 +37,12 @@ def test_micro_batching_and_update_schedule_follow_the_sections():
     assert role_inputs(load_config(), 1).actor.loss.kl_loss_coef is None
 
 
+def test_the_reference_is_offloaded_unless_its_section_says_not():
+    assert role_inputs(load_config(overrides=["actor.use_kl_loss=true"]), 1).reference.param_offload is True
+    resident = load_config(overrides=["actor.use_kl_loss=true", "ref.megatron.param_offload=false"])
+    assert role_inputs(resident, 1).reference.param_offload is False
+
+
 def test_micro_batching_splits_by_count_or_token_budget():
     assert MicroBatching(False, 2, 0).split([5, 5, 5]) == [[0, 1], [2]]
     assert MicroBatching(True, 1, 10).split([5, 5, 5, 5]) == [[0, 2], [1, 3]]
