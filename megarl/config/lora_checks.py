@@ -24,6 +24,10 @@ def check_lora(cfg, problems: list[str]) -> None:
         problems.append("actor.megatron.param_offload does not apply to a LoRA actor (actor.lora.rank > 0): its "
                         "frozen base weights are not in megatron's parameter buffers, which is what it moves. Set "
                         "actor.megatron.param_offload=false")
+    if not cfg.ref.megatron.param_offload:
+        problems.append("ref.megatron.param_offload=false has no reference model to keep on the GPU: a LoRA actor "
+                        "(actor.lora.rank > 0) is its own reference, its weights without the adapters. Remove the "
+                        "override")
 
 
 def _check_targets(targets: list[str], problems: list[str]) -> None:

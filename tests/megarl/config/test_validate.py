@@ -228,6 +228,8 @@ def test_lora_settings():
     assert "is empty" in one_problem("actor.lora.rank=8", "actor.lora.target_modules=[]")
     msg = one_problem("actor.lora.rank=8", "actor.megatron.param_offload=true")
     assert "param_offload does not apply to a LoRA actor" in msg
+    msg = one_problem("actor.lora.rank=8", "actor.use_kl_loss=true", "ref.megatron.param_offload=false")
+    assert "is its own reference" in msg and "ref.megatron.param_offload=false" in msg
     load_config(overrides=["actor.lora.rank=0", "actor.lora.target_modules=[q_proj]"])  # off: not checked
 
 
