@@ -16,7 +16,7 @@ GPU's data-sheet peak is not what its matmuls reach: in the same run, after the 
 (`matmul_peak_tflops`), and `mfu_vs_matmul_peak` is each phase's floor time at it over the measured time.
 After the run has ended, on as many prompts of the same data, n samples each, to the same length: standalone SGLang
 with the recipe's engine settings and memory share, and the HF-transformers loop with the actor's per-GPU token budget
-(`vs_hf_transformers` = the step's tokens/s/GPU over the loop's). --no-baselines skips both.
+(`vs_hf_transformers` = the step's tokens/s/GPU over the loop's). --no-baselines skips both, --no-hf-loop the loop.
 """
 
 from __future__ import annotations
@@ -165,8 +165,9 @@ def hf_transformers(cfg, model: Path, prompts: list[list[int]]) -> dict:
     return hf_rl_step(model, prompts, cfg.rollout.n, cfg.data.max_response_length, cfg.rollout.temperature, budget)
 
 
-def baselines(cfg, model: Path, train: Path, row: dict) -> None:
-    """Standalone SGLang (on a GPU) and the HF-transformers loop, into `row` with the run's ratios to them."""
+def baselines(cfg, model: Path, train: Path, row: dict, hf_loop: bool = True) -> None:
+    """Standalone SGLang (on a GPU) and the HF-transformers loop (unless not `hf_loop`), into `row` with the run's
+    ratios to them."""
     import torch
 
     prompts = prompt_ids(cfg, model, train, cfg.data.train_batch_size)
@@ -174,6 +175,8 @@ def baselines(cfg, model: Path, train: Path, row: dict) -> None:
     if torch.cuda.is_available():
         sglang_row = row["baseline"]["standalone_sglang"] = standalone_sglang(cfg, model, prompts)
         row["gen_vs_standalone"] = row["gen_tokens_per_s"] / sglang_row["gen_tokens_per_s"]
+    if not hf_loop:
+        return
     hf_row = row["baseline"]["hf_transformers"] = hf_transformers(cfg, model, prompts)
     row["vs_hf_transformers"] = row["tokens_per_s_per_gpu"] / hf_row["tokens_per_s_per_gpu"]
 
@@ -214,6 +217,7 @@ def main() -> int:
     parser.add_argument("--profile-step", type=int, default=None,
                         help="write that step's traces (trainer.profile_steps)")
     parser.add_argument("--no-baselines", action="store_true", help="skip standalone SGLang and the HF loop")
+    parser.add_argument("--no-hf-loop", action="store_true", help="skip the HF loop (minutes at 0.6B), keep SGLang")
     args = parser.parse_args()
 
     import torch
@@ -239,7 +243,7 @@ def main() -> int:
     if peak:
         with_matmul_peak(row, peak, matmul_peak())
     if not args.no_baselines:
-        baselines(cfg, model, train, row)
+        baselines(cfg, model, train, row, hf_loop=not args.no_hf_loop)
     return append_row(args.out, row, 0, "")
 
 

@@ -62,6 +62,10 @@ def test_the_hf_loop_runs_on_the_recipes_prompts_and_the_row_gets_its_ratio(tmp_
     assert hf["tokens"] == 2 * sum(len(p) for p in prompt_ids(cfg, model, train, 2)) + 2 * 2 * 4
     assert row["vs_hf_transformers"] == 1000.0 / hf["tokens_per_s_per_gpu"]
 
+    without_loop = {"tokens_per_s_per_gpu": 1000.0}
+    baselines(cfg, model, train, without_loop, hf_loop=False)  # --no-hf-loop
+    assert without_loop == {"tokens_per_s_per_gpu": 1000.0, "baseline": {}}
+
 
 def test_the_measured_matmul_peak_gives_each_phase_a_second_mfu():
     from rl_step import with_matmul_peak
