@@ -4,13 +4,10 @@
 - whether the parameter-offloaded actor's weights equal the plain actor's after two updates (same GPU optimizer);
 - Megatron-LM PR #5071: with optimizer offload, an update at lr 0 after the HF load, and after loading a weights-only
   checkpoint of other weights, leaves exactly the loaded weights (stale fp32 copies would write back others);
-- the device bytes a reference holds after a pass, offloaded (`ref.megatron.param_offload`, the default) or not;
-- what torch's allocator keeps cached beyond live tensors after a resident reference's pass through its worker, and
-  the size of one of that pass's logits tensors (the blocks the cache would otherwise keep)."""
+- the device bytes a reference holds after a pass, offloaded (`ref.megatron.param_offload`, the default) or not."""
 
 import json
 import sys
-from pathlib import Path
 
 import torch
 
@@ -44,29 +41,6 @@ def footprint(model_dir, megatron: MegatronConfig, optim: OptimConfig, result: d
     actor.train_step(BATCHES, loss)
     result[f"{name}_after_update_bytes"] = allocated() - before
     return actor
-
-
-def resident_reference_pass(model_dir: str, result: dict) -> None:
-    from megarl.config import load_config
-    from megarl.rollout.base import Response
-    from megarl.rollout.batch import prompt_batch, with_responses
-    from megarl.workers.inputs import reference_inputs
-    from megarl.workers.reference import ReferenceWorker
-
-    length = 2048
-    cfg = load_config(overrides=[f"model.path={model_dir}", "ref.megatron.param_offload=false", "rollout.n=1",
-                                 "data.train_batch_size=2", "actor.ppo_mini_batch_size=2", "data.max_prompt_length=16",
-                                 f"data.max_response_length={length}"])
-    worker = ReferenceWorker(reference_inputs(cfg))
-    prompts = prompt_batch({"prompt_ids": [[5, 17, 33], [40, 41]]})
-    batch = with_responses(prompts, [[Response([(p * 7 + j) % 120 + 1 for j in range(length)], [0.0] * length,
-                                                "length")] for p in range(2)])
-    torch.cuda.empty_cache()
-    worker.compute_ref_log_prob(batch)
-    torch.cuda.synchronize()
-    result["resident_reference_cached_after_pass_bytes"] = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
-    vocab = json.loads((Path(model_dir) / "config.json").read_text())["vocab_size"]
-    result["resident_reference_logits_bytes"] = length * vocab * 2  # one sequence's bf16 logits
 
 
 def main():
@@ -105,7 +79,6 @@ def main():
         with references[-1].weights_in_use():
             pass
         result[f"reference_{name}_bytes"] = allocated() - before
-    resident_reference_pass(model_dir, result)
     with open(out, "w") as f:
         json.dump(result, f)
     topology.destroy()
