@@ -17,30 +17,17 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from rl_memory import append_row
-from rl_step import REPO, prepare, prompt_ids
+from rl_step import REPO, prepare, prompt_ids, timed_generation
 
 
 def generate(model: str, prompts_file: str, engine: dict, tp: int, share: float, max_new: int) -> None:
     """In the child process: the timed round's figures as a last `RESULT {json}` line."""
-    import sglang
-
-    prompts = json.loads(Path(prompts_file).read_text())
-    llm = sglang.Engine(model_path=model, tp_size=tp, mem_fraction_static=share, skip_tokenizer_init=True,
-                        dtype="bfloat16", log_level="error", **engine)
+    requests = json.loads(Path(prompts_file).read_text())
     sampling = {"temperature": 1.0, "max_new_tokens": max_new, "ignore_eos": True}
-    try:
-        llm.generate(input_ids=prompts, sampling_params=sampling)  # warm-up: kernels, CUDA graphs
-        start = time.perf_counter()
-        outputs = llm.generate(input_ids=prompts, sampling_params=sampling)
-        seconds = time.perf_counter() - start
-    finally:
-        llm.shutdown()
-    tokens = sum(o["meta_info"]["completion_tokens"] for o in outputs)
-    print("RESULT", json.dumps({"gen_s": seconds, "gen_tokens": tokens, "gen_tokens_per_s": tokens / seconds}))
+    print("RESULT", json.dumps(timed_generation(model, requests, sampling, tp, share, engine)))
 
 
 def main() -> int:

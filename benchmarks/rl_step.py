@@ -138,20 +138,26 @@ def prompt_ids(cfg, model: Path, train: Path, prompts: int) -> list[list[int]]:
 def standalone_sglang(cfg, model: Path, prompts: list[list[int]]) -> dict:
     """SGLang alone on one engine over the run's GPUs: rollout.n samples of each prompt to data.max_response_length
     tokens, timed after a warm-up round."""
+    requests = [p for p in prompts for _ in range(cfg.rollout.n)]
+    sampling = {"temperature": cfg.rollout.temperature, "max_new_tokens": cfg.data.max_response_length}
+    return timed_generation(str(model), requests, sampling, cfg.rollout.tensor_model_parallel_size,
+                            cfg.rollout.gpu_memory_utilization, ENGINE)
+
+
+def timed_generation(model: str, requests: list[list[int]], sampling: dict, tp: int, share: float,
+                     engine: dict) -> dict:
+    """One SGLang engine (`engine`: its arguments) generates for `requests` twice; the second round's figures."""
     import sglang
 
-    requests = [p for p in prompts for _ in range(cfg.rollout.n)]
-    engine = sglang.Engine(model_path=str(model), tp_size=cfg.rollout.tensor_model_parallel_size,
-                           mem_fraction_static=cfg.rollout.gpu_memory_utilization, skip_tokenizer_init=True,
-                           dtype="bfloat16", log_level="error", **ENGINE)
-    sampling = {"temperature": cfg.rollout.temperature, "max_new_tokens": cfg.data.max_response_length}
+    llm = sglang.Engine(model_path=model, tp_size=tp, mem_fraction_static=share, skip_tokenizer_init=True,
+                        dtype="bfloat16", log_level="error", **engine)
     try:
-        engine.generate(input_ids=requests, sampling_params=sampling)  # warm-up: kernels, CUDA graphs
+        llm.generate(input_ids=requests, sampling_params=sampling)  # warm-up: kernels, CUDA graphs
         start = time.perf_counter()
-        outputs = engine.generate(input_ids=requests, sampling_params=sampling)
+        outputs = llm.generate(input_ids=requests, sampling_params=sampling)
         seconds = time.perf_counter() - start
     finally:
-        engine.shutdown()
+        llm.shutdown()
     generated = sum(o["meta_info"]["completion_tokens"] for o in outputs)
     return {"gen_s": seconds, "gen_tokens": generated, "gen_tokens_per_s": generated / seconds}
 

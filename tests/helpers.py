@@ -143,6 +143,15 @@ def _python_stacks(pid: int) -> str:
     return "\n".join(dumps)
 
 
+def run_one_rank(worker: Path, *args, out: Path, env: dict, timeout: int = 300) -> dict:
+    """A worker script under torchrun on one rank (`worker *args out`), and the JSON it wrote to `out`."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", str(worker), *map(str, args),
+           str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    return json.loads(out.read_text())
+
+
 def run_layout(model_dir: Path, out: Path, tp: int, pp: int, cp: int, nproc: int, extra=(), timeout=300) -> dict:
     """tests/megarl/models/dist_worker.py's results for one parallel layout, under torchrun."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), str(DIST_WORKER),

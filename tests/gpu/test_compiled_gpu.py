@@ -7,8 +7,6 @@ The compiled decoder layers (megarl/models/compiled_layer.py) trace whole, compi
 the trainer's bf16 error against float32 at HF transformers' own."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +14,7 @@ import torch
 
 from megarl.models import qk_norm, rotary
 from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
-from tests.helpers import GPU0_ENV, run_layout
+from tests.helpers import GPU0_ENV, run_layout, run_one_rank
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the device machines)")
 
@@ -96,14 +94,10 @@ def compiled_layers(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("compiled_layers")
     model = write_model("qwen2.5-0.5b", root / "model", dtype=torch.bfloat16, num_hidden_layers=6)
-    worker = Path(__file__).with_name("compiled_layers_worker.py")
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", str(worker),
-                           str(model), str(root / "out.json")], capture_output=True, text=True, timeout=600,
-                          env=GPU0_ENV)
-    assert proc.returncode == 0, proc.stderr[-6000:]
+    result = run_one_rank(Path(__file__).with_name("compiled_layers_worker.py"), model, out=root / "out.json",
+                          env=GPU0_ENV, timeout=600)
     layout = run_layout(model, root / "single.json", 1, 1, 1, nproc=1, extra=["--bf16", "--length-scale", "32"],
                         timeout=600)
-    result = json.loads((root / "out.json").read_text())
     print(json.dumps(result), layout["hf_mean_abs_diff"], layout["hf_bf16_mean_abs_diff"])
     return result, layout
 

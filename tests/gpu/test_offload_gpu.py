@@ -2,14 +2,12 @@
 and an offloaded optimizer starts from the loaded weights (Megatron-LM PR #5071)."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.helpers import GPU0_ENV
+from tests.helpers import GPU0_ENV, run_one_rank
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the device machines)")
 
@@ -18,12 +16,8 @@ def test_offloads_move_state_off_the_gpu_and_keep_loaded_weights(tmp_path):
     from megarl.models.init_model import write_model
 
     model = write_model("qwen2.5-0.5b", tmp_path / "model", dtype=torch.bfloat16, num_hidden_layers=4)
-    worker = Path(__file__).with_name("offload_worker.py")
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", str(worker),
-                           str(model), str(tmp_path / "ckpt"), str(tmp_path / "out.json")],
-                          capture_output=True, text=True, timeout=600, env=GPU0_ENV)
-    assert proc.returncode == 0, proc.stderr[-6000:]
-    r = json.loads((tmp_path / "out.json").read_text())
+    r = run_one_rank(Path(__file__).with_name("offload_worker.py"), model, tmp_path / "ckpt",
+                     out=tmp_path / "out.json", env=GPU0_ENV, timeout=600)
     print(json.dumps(r))
     params = r["params_per_rank"]
     # bf16 weights 2 B, fp32 grads 4 B; the fp32 master copy and the two Adam moments (12 B) leave with the optimizer
@@ -42,12 +36,8 @@ def test_a_resident_reference_hands_its_passs_cached_blocks_back(tmp_path):
     from megarl.models.init_model import write_model
 
     model = write_model("qwen2.5-0.5b", tmp_path / "model", dtype=torch.bfloat16, num_hidden_layers=2)
-    worker = Path(__file__).with_name("reference_cache_worker.py")
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", str(worker),
-                           str(model), str(tmp_path / "out.json")], capture_output=True, text=True, timeout=300,
-                          env=GPU0_ENV)
-    assert proc.returncode == 0, proc.stderr[-6000:]
-    r = json.loads((tmp_path / "out.json").read_text())
+    r = run_one_rank(Path(__file__).with_name("reference_cache_worker.py"), model, out=tmp_path / "out.json",
+                     env=GPU0_ENV)
     print(json.dumps(r))
     assert r["cached_after_pass_bytes"] - r["cached_before_pass_bytes"] < r["logits_bytes"] / 8, r
 

@@ -1,22 +1,14 @@
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.helpers import REPO_ROOT, make_model
+from tests.helpers import REPO_ROOT, make_model, run_one_rank
 
 
 def test_gradient_offload_frees_the_buffers_between_updates_and_changes_no_number(tmp_path):
     """Between updates, not between the optimizer steps of one update."""
     model = make_model("qwen2", tmp_path / "model")
     env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    worker = Path(__file__).with_name("offload_worker.py")
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", str(worker),
-                           str(model), str(tmp_path / "out.json")], capture_output=True, text=True, timeout=300,
-                          env=env)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    result = json.loads((tmp_path / "out.json").read_text())
+    result = run_one_rank(Path(__file__).with_name("offload_worker.py"), model, out=tmp_path / "out.json", env=env)
     assert result["kept_bytes_at_build"] > 0 and result["freed_bytes_at_build"] == 0
     for step in result["steps"]:
         assert step["freed_bytes_between_steps"] == 0
