@@ -28,12 +28,13 @@ from standalone import VARIANTS, timed_rounds
 
 
 def generate(model: str, prompts_file: str, engine: dict, tp: int, share: float, max_new: int, variants: list[str],
-             rounds: int) -> None:
+             rounds: int, py_spy: str) -> None:
     """In the child process: each variant's figures as a last `RESULT {json}` line."""
     requests = json.loads(Path(prompts_file).read_text())
     sampling = {"temperature": 1.0, "max_new_tokens": max_new, "ignore_eos": True}
     chosen = {name: VARIANTS[name] for name in variants}
-    print("RESULT", json.dumps(timed_rounds(model, requests, sampling, tp, share, engine, chosen, rounds)))
+    print("RESULT", json.dumps(timed_rounds(model, requests, sampling, tp, share, engine, chosen, rounds,
+                                            Path(py_spy) if py_spy else None)))
 
 
 def main() -> int:
@@ -49,6 +50,7 @@ def main() -> int:
     parser.add_argument("--variants", nargs="+", default=["plain"], choices=sorted(VARIANTS),
                         help="request variants, timed round by round in each engine")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--py-spy", default="", help="a folder: py-spy samples each variant's last round there")
     args = parser.parse_args()
 
     from megarl.config import load_config
@@ -63,7 +65,7 @@ def main() -> int:
     for engine in args.engine:
         child = [sys.executable, __file__, "--child", str(model), str(prompts_file), engine,
                  str(cfg.rollout.tensor_model_parallel_size), str(cfg.rollout.gpu_memory_utilization),
-                 str(cfg.data.max_response_length), ",".join(args.variants), str(args.rounds)]
+                 str(cfg.data.max_response_length), ",".join(args.variants), str(args.rounds), args.py_spy]
         proc = subprocess.run(child, capture_output=True, text=True)
         results = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
         row = {"date": datetime.date.today().isoformat(), "commit": os.environ.get("MEGARL_COMMIT", "unknown"),
@@ -79,8 +81,8 @@ def main() -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--child"]:
-        model_dir, prompts_path, kwargs, tp, share, max_new, variant_names, rounds = sys.argv[2:10]
+        model_dir, prompts_path, kwargs, tp, share, max_new, variant_names, rounds, py_spy_dir = sys.argv[2:11]
         generate(model_dir, prompts_path, json.loads(kwargs), int(tp), float(share), int(max_new),
-                 variant_names.split(","), int(rounds))
+                 variant_names.split(","), int(rounds), py_spy_dir)
     else:
         sys.exit(main())

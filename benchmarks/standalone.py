@@ -3,7 +3,8 @@ more variants of the request, interleaved round by round so that a drift of the 
 It is the baseline a colocated engine's generation is held to (rl_step.py, engine_probe.py, rollout_pool.py).
 
 A variant says what each round asks and what comes before it:
-- `logprobs`: each token's log-probability comes back with it, as megarl's rollout asks (`return_logprob`);
+- `logprobs`: the share of requests whose tokens' log-probabilities come back with them, as megarl's rollout asks
+  for all (`return_logprob`);
 - `between`: "none" (the prompts' prefixes stay cached from the last round), "flush" (the prefix cache is emptied
   first, as after a colocated weight sync), or "handover" (the engine's weights and KV cache are released and resumed
   first, then its cache flushed: a colocated step's hand-over without the training; the engine needs
@@ -12,27 +13,39 @@ A variant says what each round asks and what comes before it:
 
 from __future__ import annotations
 
+import math
+import os
 import statistics
+import subprocess
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 BETWEEN_ROUNDS = ("none", "flush", "handover")
 
 
 @dataclass(frozen=True)
 class Variant:
-    logprobs: bool = False
+    logprobs: float = 0.0
     between: str = "none"
 
     def __post_init__(self):
         if self.between not in BETWEEN_ROUNDS:
             raise ValueError(f"between={self.between!r}: use one of {BETWEEN_ROUNDS}")
+        if not 0 <= self.logprobs <= 1:
+            raise ValueError(f"logprobs={self.logprobs}: a share of the requests, from 0 to 1")
+
+    def return_logprob(self, requests: int) -> list[bool]:
+        if not self.logprobs:
+            return [False] * requests
+        return [i % round(1 / self.logprobs) == 0 for i in range(requests)]
 
 
 PLAIN = Variant()
-AS_COLOCATED = Variant(logprobs=True, between="flush")  # what a colocated step's generation asks, after its sync
-HANDOVER = Variant(logprobs=True, between="handover")
-VARIANTS = {"plain": PLAIN, "as_colocated": AS_COLOCATED, "handover": HANDOVER}
+AS_COLOCATED = Variant(logprobs=1.0, between="flush")  # what a colocated step's generation asks, after its sync
+VARIANTS = {"plain": PLAIN, "as_colocated": AS_COLOCATED, "logprobs": Variant(logprobs=1.0),
+            "flush": Variant(between="flush"), "logprobs_eighth": Variant(logprobs=0.125, between="flush"),
+            "handover": Variant(logprobs=1.0, between="handover")}
 
 
 def before_round(llm, between: str) -> None:
@@ -45,9 +58,11 @@ def before_round(llm, between: str) -> None:
 
 
 def timed_rounds(model: str, requests: list[list[int]], sampling: dict, tp: int, share: float, engine: dict,
-                 variants: dict[str, Variant], rounds: int = 3) -> dict[str, dict]:
+                 variants: dict[str, Variant], rounds: int = 3, py_spy: Path | None = None) -> dict[str, dict]:
     """Per variant: every round's seconds, their median, min and max, the tokens generated and tokens/s at the
-    median. `engine`: the engine's arguments beyond the model, TP size and memory share."""
+    median. `engine`: the engine's arguments beyond the model, TP size and memory share. With `py_spy` (a folder;
+    py-spy on PATH), each variant's last round samples every process of the engine (this one, its schedulers and
+    detokenizer) into `<variant>-<pid>.txt`, py-spy's collapsed stacks: where the engine's host time goes."""
     import sglang
 
     if any(v.between == "handover" for v in variants.values()) and not engine.get("enable_memory_saver"):
@@ -58,17 +73,34 @@ def timed_rounds(model: str, requests: list[list[int]], sampling: dict, tp: int,
     generated: dict[str, int] = {}
     try:
         for variant in variants.values():  # warm-up: kernels, CUDA graphs, each variant's code path
-            llm.generate(input_ids=requests, sampling_params=sampling, return_logprob=variant.logprobs)
-        for _ in range(rounds):
+            llm.generate(input_ids=requests, sampling_params=sampling,
+                         return_logprob=variant.return_logprob(len(requests)))
+        for index in range(rounds):
             for name, variant in variants.items():
                 before_round(llm, variant.between)
+                sampled = py_spy is not None and index == rounds - 1
+                samplers = sample_engine(llm, py_spy / name, 2 * max(seconds[name]) + 1) if sampled else []
                 start = time.perf_counter()
-                outputs = llm.generate(input_ids=requests, sampling_params=sampling, return_logprob=variant.logprobs)
+                outputs = llm.generate(input_ids=requests, sampling_params=sampling,
+                                       return_logprob=variant.return_logprob(len(requests)))
                 seconds[name].append(time.perf_counter() - start)
                 generated[name] = sum(o["meta_info"]["completion_tokens"] for o in outputs)
+                for sampler in samplers:
+                    sampler.wait()
     finally:
         llm.shutdown()
     return {name: summary(seconds[name], generated[name], variants[name]) for name in variants}
+
+
+def sample_engine(llm, prefix: Path, seconds: float) -> list[subprocess.Popen]:
+    """py-spy on this process and each of the engine's for `seconds`, from now (after a moment for it to attach)."""
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    samplers = [subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--duration", str(math.ceil(seconds)),
+                                  "--rate", "500", "--format", "raw", "--nonblocking", "--output",
+                                  f"{prefix}-{pid}.txt"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                for pid in [os.getpid(), *llm.get_all_child_pids()]]
+    time.sleep(0.5)
+    return samplers
 
 
 def summary(seconds: list[float], generated: int, variant: Variant) -> dict:
