@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -134,7 +135,11 @@ def _prefixes(key: str) -> list[str]:
 
 def parse_value(raw: str) -> Any:
     """An override's value as Hydra and OmegaConf read it: numbers, booleans, null, [lists], quoted strings."""
-    return OmegaConf.to_container(OmegaConf.from_dotlist([f"v={raw}"]))["v"]
+    try:
+        return OmegaConf.to_container(OmegaConf.from_dotlist([f"v={raw}"]))["v"]
+    except (yaml.YAMLError, OmegaConfBaseException) as e:
+        problem = str(e).splitlines()[0]
+        raise ConfigError(f"the value {raw!r} is not one YAML value ({problem}): quote it") from None
 
 
 def _parse_overrides(overrides: Sequence[str]) -> tuple[dict, list[str]]:
@@ -149,7 +154,10 @@ def _parse_overrides(overrides: Sequence[str]) -> tuple[dict, list[str]]:
             raise ConfigError(f"override {override!r}: write it as key.sub=value (e.g. rollout.n=8)")
         if bare != key:
             hydra_plus.append(key)
-        tree[bare] = parse_value(raw)
+        try:
+            tree[bare] = parse_value(raw)
+        except ConfigError as e:
+            raise ConfigError(f"override {override!r}: {e}") from None
     return tree, hydra_plus
 
 

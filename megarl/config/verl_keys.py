@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import Any, Callable, Mapping
 
+from megarl.config.lora_checks import HF_TARGETS
+from megarl.config.schema import LORA_TARGETS
+
 
 class NotCarried(Exception):
     """A verl value megarl has no counterpart for; the message says why."""
@@ -44,6 +47,10 @@ class VerlRun:
             split = self.get(f"{role}.ulysses_sequence_parallel_size",
                              self.get(f"{role}.fsdp_config.ulysses_sequence_parallel_size", 1))
         return max(world // max(split, 1), 1)
+
+    @property
+    def lora(self) -> bool:
+        return bool(self.get("actor_rollout_ref.model.lora_rank", self.get("actor_rollout_ref.model.lora.rank", 0)))
 
 
 Convert = Callable[[Any, VerlRun], Any]
@@ -125,6 +132,27 @@ def _omit(value: Any, run: VerlRun) -> Any:
     return OMIT
 
 
+def _lora_targets(value: str | list[str], run: VerlRun) -> list[str]:
+    """verl's HF projection names (or all-linear) → the megatron layers that hold them."""
+    names = [value] if isinstance(value, str) else list(value)
+    layers = [layer for name in names
+              for layer in (LORA_TARGETS if name == "all-linear" else [HF_TARGETS.get(name, name)])]
+    return list(dict.fromkeys(layers))
+
+
+def _actor_offload(value: bool, run: VerlRun) -> Any:
+    if value and run.lora:
+        raise NotCarried("megarl does not offload a LoRA actor's frozen base weights (they are not in megatron's "
+                         "parameter buffers)")
+    return value
+
+
+def _ref_offload(value: bool, run: VerlRun) -> Any:
+    if run.lora:  # a LoRA actor is its own reference: its weights without the adapters
+        return OMIT
+    return value
+
+
 def _as_actor(name: str) -> Convert:
     """The reference's mesh size `name`: megarl's is the actor's; another one cannot carry over."""
     def convert(value: int, run: VerlRun) -> Any:
@@ -146,6 +174,7 @@ VERL_PREFIXES = {
 _ONLY_MEGATRON = "megarl trains with megatron-core: FSDP offloads and Ulysses map to their megatron counterparts"
 _PACKED = "megarl always packs sequences, without padding"
 _MBRIDGE = "megarl always builds the megatron model from the HF checkpoint through mbridge"
+_JOINED = "path/to/file.py:function_name: verl's path and name joined"
 _REF_MESH = "the reference runs in the actor's processes, in the actor's megatron layout"
 _VLLM = "a vLLM engine setting: SGLang's own go in rollout.engine_kwargs (passed to the engine as they are)"
 
@@ -177,9 +206,8 @@ VERL_KEYS: dict[str, Port] = {
     "actor_rollout_ref.actor.optim.lr_warmup_steps": to("actor.optim.lr_warmup_steps", "",
                                                         _steps_unless_negative),
     "critic.optim.lr_warmup_steps": to("critic.optim.lr_warmup_steps", "", _steps_unless_negative),
-    "custom_reward_function.path": to("reward.function", "write path/to/file.py:function_name", _reward_function),
-    "custom_reward_function.name": to("reward.function", "write path/to/file.py:function_name",
-                                      _reward_function_name),
+    "custom_reward_function.path": to("reward.function", _JOINED, _reward_function),
+    "custom_reward_function.name": to("reward.function", _JOINED, _reward_function_name),
     "custom_reward_function.reward_kwargs": to("reward.kwargs"),
     "reward_model.reward_kwargs": to("reward.kwargs"),
     "reward_model.overlong_buffer.enable": to("reward.overlong_buffer.enable"),
@@ -209,11 +237,12 @@ VERL_KEYS: dict[str, Port] = {
     "actor_rollout_ref.model.lora_rank": to("actor.lora.rank"),
     "actor_rollout_ref.model.lora_alpha": to("actor.lora.alpha"),
     "actor_rollout_ref.model.target_modules": to(
-        "actor.lora.target_modules", "megatron's layers: linear_qkv, linear_proj, linear_fc1, linear_fc2"),
+        "actor.lora.target_modules", "megatron's layers: linear_qkv, linear_proj, linear_fc1, linear_fc2",
+        _lora_targets),
     "actor_rollout_ref.model.lora.rank": to("actor.lora.rank"),
     "actor_rollout_ref.model.lora.alpha": to("actor.lora.alpha"),
     "actor_rollout_ref.model.lora.dropout": to("actor.lora.dropout"),
-    "actor_rollout_ref.model.lora.target_modules": to("actor.lora.target_modules"),
+    "actor_rollout_ref.model.lora.target_modules": to("actor.lora.target_modules", "", _lora_targets),
     "actor_rollout_ref.nccl_timeout": to("trainer.collective_timeout_s", "for every collective, NCCL or gloo"),
     # verl's deprecated global micro-batches: samples over all data-parallel ranks.
     "actor_rollout_ref.actor.ppo_micro_batch_size": to(
@@ -230,11 +259,14 @@ VERL_KEYS: dict[str, Port] = {
     "critic.forward_micro_batch_size": to("critic.forward_micro_batch_size_per_gpu", "per data-parallel rank: "
                                           "verl's global count ÷ its data-parallel size", _per_gpu("critic")),
     # FSDP settings: their megatron counterparts.
-    "actor_rollout_ref.actor.fsdp_config.param_offload": to("actor.megatron.param_offload", "FSDP's, as megatron's"),
+    "actor_rollout_ref.actor.fsdp_config.param_offload": to("actor.megatron.param_offload", "FSDP's, as megatron's",
+                                                            _actor_offload),
+    "actor_rollout_ref.actor.megatron.param_offload": to("actor.megatron.param_offload", "", _actor_offload),
     "actor_rollout_ref.actor.fsdp_config.optimizer_offload": to(
         "actor.megatron.optimizer_offload", "FSDP's, as megatron's: the Adam step runs on the CPU"),
     "actor_rollout_ref.actor.fsdp_config.grad_offload": to("actor.megatron.grad_offload", "FSDP's, as megatron's"),
-    "actor_rollout_ref.ref.fsdp_config.param_offload": to("ref.megatron.param_offload", "FSDP's, as megatron's"),
+    "actor_rollout_ref.ref.fsdp_config.param_offload": to("ref.megatron.param_offload", "FSDP's, as megatron's",
+                                                          _ref_offload),
     "critic.model.fsdp_config.param_offload": to("critic.megatron.param_offload", "FSDP's, as megatron's"),
     "critic.model.fsdp_config.optimizer_offload": to(
         "critic.megatron.optimizer_offload", "FSDP's, as megatron's: the Adam step runs on the CPU"),
@@ -249,7 +281,7 @@ VERL_KEYS: dict[str, Port] = {
         "critic.megatron.context_parallel_size", "Ulysses as megatron context parallelism"),
     "actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload": to(
         "actor.megatron.optimizer_offload", "megatron's CPU optimizer: the Adam step runs on the CPU"),
-    "actor_rollout_ref.ref.megatron.param_offload": to("ref.megatron.param_offload"),
+    "actor_rollout_ref.ref.megatron.param_offload": to("ref.megatron.param_offload", "", _ref_offload),
     **{f"actor_rollout_ref.ref.megatron.{name}": to(f"actor.megatron.{name}", _REF_MESH, _as_actor(name))
        for name in MESH},
     "actor_rollout_ref.rollout.name": to("rollout.name", "megarl generates with SGLang", _sglang),
@@ -274,6 +306,26 @@ VERL_KEYS: dict[str, Port] = {
     "actor_rollout_ref.rollout.load_format": dropped("the engines get the trainer's weights before each generation"),
     "actor_rollout_ref.hybrid_engine": dropped("the engines share the actor's GPUs unless rollout.enable_resource_pool",
                                                same_as=True),
+    "actor_rollout_ref.model.use_fused_kernels": dropped(
+        "megarl's log-prob and entropy pass runs over token chunks by itself (megarl/models/logprobs.py)",
+        same_as=True),
+    "actor_rollout_ref.actor.use_torch_compile": dropped("megarl chooses what to compile on a GPU itself",
+                                                         same_as=True),
+    "actor_rollout_ref.ref.use_torch_compile": dropped("megarl chooses what to compile on a GPU itself",
+                                                       same_as=True),
+    "actor_rollout_ref.model.use_shm": dropped("megarl reads the model from its directory", same_as=False),
+    "actor_rollout_ref.rollout.calculate_log_probs": dropped(
+        "megarl always keeps the engine's log-probs (rollout/logprob_mult_error compares them with the trainer's)",
+        same_as=True),
+    "actor_rollout_ref.rollout.multi_stage_wake_up": dropped(
+        "megarl's engines always resume their weights first, their KV cache after the sync", same_as=True),
+    "actor_rollout_ref.rollout.layered_summon": dropped("an FSDP LoRA setting: megarl merges LoRA weights itself"),
+    "reward_model.reward_manager": dropped("megarl scores by data_source rules, reward.function or reward.model; "
+                                           "DAPO's overlong shaping is reward.overlong_buffer"),
+    "reward_model.reward_kwargs.max_resp_len": dropped("megarl's overlong shaping reads data.max_response_length"),
+    "trainer.log_val_generations": dropped("megarl writes trainer.log_samples samples of each validation to "
+                                           "{output_dir}/samples/val (`megarl view` shows them)"),
+    "data.image_key": dropped("megarl trains text-only models"),
     "data.return_raw_chat": dropped("megarl's dataset applies the chat template to the prompt messages itself"),
     "trainer.use_legacy_worker_impl": dropped("verl's choice between its two worker implementations"),
 }
@@ -299,11 +351,11 @@ VERL_DROPPED_PREFIXES = {
     "global_profiler.": "megarl's profiler is trainer.profile_steps",
     "hydra.": "Hydra's own settings: megarl is not a Hydra application",
     "ray_kwargs.": "megarl starts Ray itself (RAY_ADDRESS for a running cluster)",
+    "reward_model.rollout.": "megarl has no generative reward model served by a rollout engine yet",
 }
-VERL_DROPPED_PREFIXES.update(dict.fromkeys(
-    [f"actor_rollout_ref.rollout.{k}" for k in ("enforce_eager", "free_cache_engine", "enable_chunked_prefill",
-                                                "max_num_batched_tokens", "max_num_seqs", "max_model_len",
-                                                "enable_prefix_caching", "disable_log_stats")], _VLLM))
+VERL_KEYS.update({f"actor_rollout_ref.rollout.{name}": dropped(_VLLM) for name in (
+    "enforce_eager", "free_cache_engine", "enable_chunked_prefill", "max_num_batched_tokens", "max_num_seqs",
+    "max_model_len", "enable_prefix_caching", "disable_log_stats")})
 
 # verl's defaults where megarl's differ (ppo_trainer.yaml and ppo_megatron_trainer.yaml agree on these): a converted
 # recipe states them for the keys its script leaves out. A `critic.` key only matters where a critic runs.
