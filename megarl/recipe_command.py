@@ -62,8 +62,11 @@ def run_recipe_command(argv: Sequence[str] | None, schema: RecipeSchema, descrip
     if args.help_keys:
         print(describe_keys(schema))
         return 0
+    notes: list[str] = []
     try:
-        cfg = load_config(args.recipe, args.overrides, schema)
+        cfg = load_config(args.recipe, args.overrides, schema, notes)
+        if notes and os.environ.get("RANK", "0") == "0":
+            print("\n".join(notes), file=sys.stderr)
         check(cfg)
         written = save_config(cfg, cfg.trainer.output_dir)
     except ConfigError as e:

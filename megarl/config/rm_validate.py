@@ -3,6 +3,8 @@ reward-model recipe schema that `load_config` loads with them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from megarl.config.loader import ConfigError, RecipeSchema
 from megarl.config.rm_schema import RMConfig
 from megarl.config.validate import (
@@ -15,7 +17,7 @@ from megarl.config.validate import (
     run_sizes,
 )
 from megarl.config.sft_validate import check_trainer_batches, check_trainer_model
-from megarl.config.verl_keys import translate_verl_sft_key
+from megarl.config.verl_keys import Port, port_verl_sft_key
 
 
 def validate_rm_config(cfg: RMConfig) -> None:
@@ -57,11 +59,13 @@ def _check_sizes(cfg: RMConfig, problems: list[str]) -> bool:
     return check_positive(problems, positive)
 
 
-def translate_verl_rm_key(key: str) -> str | None:
+def port_verl_rm_key(key: str) -> Port | None:
     """verl has no reward-model trainer: its SFT trainer's keys port as they do to `megarl sft`, the mesh going
     to the critic's section."""
-    translated = translate_verl_sft_key(key)
-    return translated.replace("actor.megatron.", "critic.megatron.") if translated else None
+    port = port_verl_sft_key(key)
+    if port is None or port.key is None:
+        return port
+    return replace(port, key=port.key.replace("actor.megatron.", "critic.megatron."))
 
 
-RM_RECIPE = RecipeSchema(RMConfig, validate_rm_config, translate_verl_rm_key, "megarl rm")
+RM_RECIPE = RecipeSchema(RMConfig, validate_rm_config, port_verl_rm_key, "megarl rm")

@@ -17,7 +17,7 @@ from megarl.config.validate import (
     read_hf_config,
     run_sizes,
 )
-from megarl.config.verl_keys import translate_verl_sft_key
+from megarl.config.verl_keys import port_verl_sft_key
 from megarl.data.sft_dataset import SFT_TRUNCATIONS
 
 
@@ -93,4 +93,4 @@ def check_trainer_model(problems: list[str], role: str, cfg) -> None:
         )
 
 
-SFT_RECIPE = RecipeSchema(SFTConfig, validate_sft_config, translate_verl_sft_key, "megarl sft")
+SFT_RECIPE = RecipeSchema(SFTConfig, validate_sft_config, port_verl_sft_key, "megarl sft")

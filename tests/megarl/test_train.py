@@ -32,6 +32,16 @@ def test_overrides_may_come_before_and_after_the_options(runnable, tmp_path):
     assert load_config(tmp_path / "run" / "config.yaml") == load_config(overrides=runnable)
 
 
+def test_hydra_plus_overrides_are_read_with_one_note(runnable, tmp_path, capsys):
+    """verl users paste Hydra's `+key=`/`++key=`: a key megarl has is read as that key."""
+    assert main(["--dry-run", *runnable, "++rollout.n=2", "+trainer.val_before_train=False"]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
+    assert notes == ["note: read ++rollout.n, +trainer.val_before_train as megarl's rollout.n, "
+                     "trainer.val_before_train (megarl needs no Hydra +/++)"]
+    cfg = load_config(tmp_path / "run" / "config.yaml")
+    assert (cfg.rollout.n, cfg.trainer.val_before_train) == (2, False)
+
+
 def test_bad_input_is_an_error_naming_the_key(runnable, tmp_path, capsys):
     assert main(["--dry-run", *runnable, "rollout.nn=3"]) == 2
     assert "unknown key 'rollout.nn'. Did you mean rollout.n" in capsys.readouterr().err

@@ -3,7 +3,6 @@ import json
 import pytest
 
 from megarl.config import SFT_RECIPE, ConfigError, SFTConfig, describe_keys, load_config, save_config
-from megarl.config.verl_keys import VERL_SFT_RENAMES, translate_verl_sft_key
 
 
 def load(*overrides, recipe=None):
@@ -45,12 +44,6 @@ def test_verl_and_rl_spellings_point_at_the_sft_key():
         "(a dotted path into the column, e.g. extra_info.question).",
         "override: unknown key 'data.nope'. See `megarl sft --help-keys` for every key.",
     ]
-
-
-def test_verl_sft_translation_table_points_at_real_keys():
-    for verl_key in VERL_SFT_RENAMES:
-        assert translate_verl_sft_key(verl_key).split(" ")[0] in SFT_RECIPE.keys, verl_key
-    assert translate_verl_sft_key("data.train_batch_size") is None
 
 
 def test_batches_must_split_over_data_parallel_ranks_and_micro_batches():
