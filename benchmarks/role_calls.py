@@ -60,12 +60,13 @@ def spawn_roles(pool, cfg, suffix: str = "") -> dict:
     """An actor, a critic and a reference built from `cfg` (their role names end in `suffix`)."""
     from megarl.workers.actor import ActorWorker
     from megarl.workers.critic import CriticWorker
+    from megarl.workers.groups import ActorGroup, CriticGroup, ReferenceGroup
     from megarl.workers.inputs import actor_inputs, critic_inputs, reference_inputs
     from megarl.workers.reference import ReferenceWorker
 
-    return {"actor": pool.spawn("actor" + suffix, ActorWorker, actor_inputs(cfg, total_steps=100)),
-            "critic": pool.spawn("critic" + suffix, CriticWorker, critic_inputs(cfg, total_steps=100)),
-            "ref": pool.spawn("ref" + suffix, ReferenceWorker, reference_inputs(cfg))}
+    return {"actor": ActorGroup(pool.spawn("actor" + suffix, ActorWorker, actor_inputs(cfg, total_steps=100))),
+            "critic": CriticGroup(pool.spawn("critic" + suffix, CriticWorker, critic_inputs(cfg, total_steps=100))),
+            "ref": ReferenceGroup(pool.spawn("ref" + suffix, ReferenceWorker, reference_inputs(cfg)))}
 
 
 def with_inputs(roles: dict, batch, advantages):
@@ -132,10 +133,12 @@ def main() -> int:
             sets["versus"] = calls_of(spawn_roles(pool, versus, "_versus"), batch)
         times = timed_rounds(sets, args.rounds)
         if args.profile:
-            roles["actor"].start_profile()
+            from parallel.worker import Worker
+
+            roles["actor"].handle.call(Worker.start_profile)
             for call in sets["base"].values():
                 call()
-            roles["actor"].stop_profile(str(args.profile))
+            roles["actor"].handle.call(Worker.stop_profile, str(args.profile))
     medians = {label: {name: sorted(ts)[len(ts) // 2] for name, ts in calls.items()} for label, calls in times.items()}
     row = {"date": datetime.date.today().isoformat(), "commit": os.environ.get("MEGARL_COMMIT", "unknown"),
            "machine": os.environ.get("MEGARL_MACHINE", "unknown"), "what": "role-calls", "recipe": str(args.recipe),

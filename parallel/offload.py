@@ -166,7 +166,7 @@ class FrozenState(_Weights):
         self.params_on_device = False
 
     def onload_params(self) -> None:
-        if not self.params_on_device and torch.cuda.is_available():
+        if not self.params_on_device and torch.cuda.is_available() and self.host is not None:
             hand_back_cached_blocks()
             device = torch.device("cuda", torch.cuda.current_device())
             for tensor, host in zip(self.tensors, self.host):

@@ -45,7 +45,8 @@ def rank_envs(infos: list[dict], use_gpu: bool) -> list[dict[str, str]]:
     per_node: dict[str, int] = {}
     for info in infos:
         per_node[info["node_ip"]] = per_node.get(info["node_ip"], 0) + 1
-    envs, seen = [], {}
+    envs: list[dict[str, str]] = []
+    seen: dict[str, int] = {}
     for rank, info in enumerate(infos):
         node = info["node_ip"]
         local_rank = seen.get(node, 0)
@@ -93,7 +94,7 @@ class RayWorkerGroup(WorkerGroup):
 
     def _start_hosts(self) -> list:
         host = ray.remote(WorkerHost)
-        actors = []
+        actors: list = []
         for group, n in zip(self.placement_groups, self.pool.gpus_per_node):
             for bundle in range(n):
                 options = {

@@ -66,7 +66,7 @@ class ServedWorkerGroup(WorkerGroup):
         exchange = self.calls.submit(self._exchange, what, per_rank, wanted) if self.calls is not None else None
 
         def outcomes() -> list:  # from_driver computes on rank 0, the one holding the exchange, and shares it
-            gathered = self.driver.from_driver(lambda: exchange.result())
+            gathered = self.driver.from_driver(lambda: exchange.result())  # type: ignore[union-attr]  # on rank 0
             return [raise_if_failed(outcome, label, rank, where) for rank, (outcome, where) in enumerate(gathered)]
 
         return Pending(outcomes)

@@ -44,7 +44,7 @@ class SpmdWorkerGroup(WorkerGroup):
         mine = self.host.run(what, wanted[self.rank], *per_rank[self.rank])
         if self.control is None or mine[0] == "error":
             return [raise_if_failed(mine, label, self.rank, process_where())]
-        gathered = [None] * self.world_size
+        gathered: list = [None] * self.world_size
         dist.all_gather_object(gathered, (mine, process_where()), group=self.control)
         return [raise_if_failed(outcome, label, rank, where) for rank, (outcome, where) in enumerate(gathered)]
 

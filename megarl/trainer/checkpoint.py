@@ -84,7 +84,7 @@ def find_resume_checkpoint(cfg: MegaRLConfig) -> Path | None:
 
 def _given_checkpoint(cfg: MegaRLConfig) -> Path:
     """`trainer.resume_from_path`, once it is known to be a complete checkpoint that verifies."""
-    path = Path(cfg.trainer.resume_from_path).expanduser()
+    path = Path(cfg.trainer.resume_from_path).expanduser()  # type: ignore[arg-type]  # validate.py requires it
     if not path.is_dir():
         raise ConfigError(f"trainer.resume_from_path={path} does not exist")
     others = ", ".join(step_dir(path.parent, s).name for s in complete_steps(path.parent)

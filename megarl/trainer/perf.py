@@ -63,10 +63,10 @@ def memory_metrics(per_rank: list[dict]) -> dict[str, float]:
     out = {}
     for window, name in MEMORY_PHASES.items():
         device = _largest(per_rank, window, "device")
-        if device is not None:
+        if device is not None:  # and so are the reservations and live tensors: each GPU answers all three
             out[f"memory/{name}/peak_gb"] = device / 1e9
-            out[f"memory/{name}/reserved_gb"] = _largest(per_rank, window, "reserved") / 1e9
-            out[f"memory/{name}/allocated_gb"] = _largest(per_rank, window, "allocated") / 1e9
+            for kind in ("reserved", "allocated"):
+                out[f"memory/{name}/{kind}_gb"] = (_largest(per_rank, window, kind) or 0) / 1e9
     host = _largest(per_rank, "step", "host")
     if host is not None:
         out["memory/host/peak_gb"] = host / 1e9

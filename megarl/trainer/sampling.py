@@ -18,16 +18,21 @@ from megarl.algorithms.dapo import groups_with_signal, trained_group_count
 from megarl.config.schema import MegaRLConfig
 from megarl.rollout.batch import prompt_batch
 from megarl.trainer import stages
+from megarl.trainer.phases import Phase
+from megarl.trainer.roles import RewardModel, Rollout
 from megarl.trainer.stages import Score
 from parallel.batch import Batch
 
 ROUND_SEED_STRIDE = 1_000_003  # a later round's sampling seed, far from every step's first round
 
+# A step's scored batch and its metrics, from the step, the loader's rows and the step's `phase`.
+Sampler = Callable[[int, Iterator[dict], Phase], tuple[Batch, dict[str, float]]]
+
 
 class StepSampler:
     """Generates and scores a step's prompts through the rollout role; `phase(name)` times each part."""
 
-    def __init__(self, rollout, cfg: MegaRLConfig, score: Score, reward_model=None):
+    def __init__(self, rollout: Rollout, cfg: MegaRLConfig, score: Score, reward_model: RewardModel | None = None):
         """`reward_model`: the reward-model role, whose scores join the rules' (`reward.model`)."""
         self.rollout, self.score, self.reward_model, self.reward = rollout, score, reward_model, cfg.reward
         self.seed, self.n = cfg.trainer.seed, cfg.rollout.n
@@ -39,8 +44,9 @@ class StepSampler:
         minis = [cfg.actor.ppo_mini_batch_size] + ([cfg.critic.ppo_mini_batch_size] if cfg.use_critic else [])
         self.mini_batch_groups = math.lcm(*minis)
 
-    def __call__(self, step: int, rows: Iterator[dict], phase: Callable) -> tuple[Batch, dict[str, float]]:
-        rounds, metrics = [], {}
+    def __call__(self, step: int, rows: Iterator[dict], phase: Phase) -> tuple[Batch, dict[str, float]]:
+        rounds: list[Batch] = []
+        metrics: dict[str, float] = {}
         while True:
             batch, round_metrics = self._round(step, len(rounds), next(rows), phase)
             rounds.append(batch)
@@ -60,7 +66,7 @@ class StepSampler:
         prompts = prompt_batch(rows, first_uid=step * self.train_batch_size + index * self.gen_batch_size)
         return prompts, self.seed + step + index * ROUND_SEED_STRIDE
 
-    def _round(self, step: int, index: int, rows: dict, phase: Callable) -> tuple[Batch, dict[str, float]]:
+    def _round(self, step: int, index: int, rows: dict, phase: Phase) -> tuple[Batch, dict[str, float]]:
         """One round's prompts, their responses, scores and shaped scores."""
         prompts, seed = self.round_prompts(step, index, rows)
         with phase("gen"):
@@ -70,7 +76,7 @@ class StepSampler:
                 batch = batch.union(stages.remax_baseline(self.rollout, prompts, self.score, self.n))
         return self.scored(batch, phase)
 
-    def scored(self, batch: Batch, phase: Callable) -> tuple[Batch, dict[str, float]]:
+    def scored(self, batch: Batch, phase: Phase) -> tuple[Batch, dict[str, float]]:
         """Generated responses with their scores (rules or a function, the reward model's) and shaped scores."""
         with phase("reward"):
             scored, metrics = stages.score(batch, self.score, with_truth_only=self.reward_model is not None)

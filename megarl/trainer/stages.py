@@ -16,6 +16,7 @@ from megarl.config.schema import AlgorithmConfig, OverlongBufferConfig, RewardCo
 from megarl.rewards.scorer import RewardResult
 from megarl.rollout.batch import REWARD_OUTCOME, ground_truths, rule_scored
 from megarl.rollout.gates import check_logprob_agreement, logprob_agreement
+from megarl.trainer.roles import Rollout
 from parallel.batch import Batch
 
 
@@ -76,7 +77,7 @@ def shape_overlong(scored: Batch, response_mask: torch.Tensor, buffer: OverlongB
     return Batch({**scored.tensors, "token_level_scores": scores, "overlong_penalty": penalty}, scored.fields)
 
 
-def remax_baseline(rollout, prompts: Batch, scorer: Score, samples_per_prompt: int) -> Batch:
+def remax_baseline(rollout: Rollout, prompts: Batch, scorer: Score, samples_per_prompt: int) -> Batch:
     """`reward_baselines` [B]: ReMax's baseline, the score of each prompt's greedy response (from the rollout
     role), repeated for the prompt's samples."""
     greedy, _ = score(rollout.generate(prompts, greedy=True), scorer)

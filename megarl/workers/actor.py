@@ -44,14 +44,17 @@ class ActorWorker(TrainedWorker):
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
         """A LoRA actor as the reference policy: `ref_log_prob` [B, R] of the base model (adapters disabled)."""
-        return reference_columns(batch, self.inputs.reference_log_prob.split,
+        batching = self.inputs.reference_log_prob
+        if batching is None:
+            raise RuntimeError("compute_ref_log_prob of an actor without LoRA: its reference is a role of its own")
+        return reference_columns(batch, batching.split,
                                  partial(self.model.base_logprobs, temperature=self.inputs.temperature))
 
     @worker_method(collect=Collect.ALL)
     def device_stats(self) -> dict:
         return device_stats()
 
-    @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
+    @worker_method(Dispatch.DP_SPLIT, Collect.AGREED)
     def update_actor(self, batch: Batch) -> dict[str, float]:
         """PPO epochs over this rank's part in mini-batches (one optimizer step each) of micro-batches; needs
         `old_log_probs`, `advantages` (and `ref_log_prob` with a KL loss; `ptx_prompt_ids`, `ptx_responses`,

@@ -28,7 +28,7 @@ class CriticWorker(TrainedWorker):
         groups = self.inputs.forward.split([len(s) for s in seqs])
         return Batch({"values": response_values(batch, self.model.values(seqs, groups))})
 
-    @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
+    @worker_method(Dispatch.DP_SPLIT, Collect.AGREED)
     def update_critic(self, batch: Batch) -> dict[str, float]:
         """Clipped value-loss epochs over mini-batches; needs `values` and `returns`. Returns verl's
         `critic/vf_loss`, `critic/vf_clipfrac`, `critic/vpred_mean`, `critic/grad_norm`, `critic/lr`."""

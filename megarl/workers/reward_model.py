@@ -22,7 +22,7 @@ class RewardModelWorker(Worker):
         self.inputs = inputs
         self.model = build_reward_model(inputs.model.path, inputs.model.megatron, bf16=torch.cuda.is_available(),
                                         resident=inputs.resident)
-        self.retemplate = inputs.retemplate.build(inputs.model.path) if inputs.retemplate else None
+        self.retemplate = inputs.retemplate.build(inputs.model.directory) if inputs.retemplate else None
 
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
     def compute_rm_score(self, batch: Batch) -> Batch:
