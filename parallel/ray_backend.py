@@ -73,7 +73,8 @@ class RayWorkerGroup(WorkerGroup):
         infos = self.run("placement", [()] * pool.world_size, [True] * pool.world_size, ("host", "placement"))
         self.where = [f"node {info['node_ip']} pid {info['pid']}" for info in infos]
         envs = rank_envs(infos, self.use_gpu)
-        self.run("join", [(env, timeout_s) for env in envs], [False] * len(envs), ("host", "join"))
+        self.run("join", [(env, timeout_s, None, not self.use_gpu) for env in envs], [False] * len(envs),
+                 ("host", "join"))
 
     def _reserve(self) -> list:
         bundle = {"GPU": 1, "CPU": 1} if self.use_gpu else {"CPU": 1}

@@ -12,6 +12,7 @@ import pickle
 import socket
 from typing import Sequence
 
+import torch
 import torch.distributed as dist
 
 from parallel.controller import PoolSpec, WorkerGroup, raise_if_failed
@@ -30,8 +31,8 @@ class SpmdWorkerGroup(WorkerGroup):
             )
         self.pool = pool
         self.host = WorkerHost(rendezvous.rank if rendezvous else int(os.environ.get("RANK", "0")), world)
-        raise_if_failed(self.host.run("join", False, {}, timeout_s, rendezvous), ("host", "join"), self.host.rank,
-                        process_where())
+        raise_if_failed(self.host.run("join", False, {}, timeout_s, rendezvous, without_gpu()), ("host", "join"),
+                        self.host.rank, process_where())
         self.rank = dist.get_rank()
         self.control = (
             dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s)) if world > 1 else None
@@ -74,6 +75,11 @@ def _picklable(error: Exception) -> Exception:
         return error
     except Exception:
         return RuntimeError(f"{type(error).__name__}: {error}")
+
+
+def without_gpu() -> bool:
+    """Whether torchrun started this process where there is no GPU: its pool runs on CPU."""
+    return not torch.cuda.is_available()
 
 
 def process_where() -> str:

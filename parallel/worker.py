@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from parallel import memory, profiler, topology
+from parallel import cpu_compat, memory, profiler, topology
 from parallel.batch import Batch
 from parallel.controller import Peer, RecoverableError
 from parallel.dispatch import Collect, RankLayout, worker_method
@@ -86,10 +86,14 @@ class WorkerHost:
             "pid": os.getpid(),
         }
 
-    def join(self, env: dict[str, str], timeout_s: float, rendezvous: topology.Rendezvous | None = None) -> None:
+    def join(self, env: dict[str, str], timeout_s: float, rendezvous: topology.Rendezvous | None,
+             on_cpu: bool) -> None:
         """Join the group's default process group; `env` holds torchrun's variables for this rank (`rendezvous`:
-        the group's own, where they describe a torchrun job of several pools)."""
+        the group's own, where they describe a torchrun job of several pools). `on_cpu`: the launcher placed the
+        pool on CPU, where megatron runs through parallel/cpu_compat.py."""
         os.environ.update(env)
+        if on_cpu:
+            cpu_compat.enable()
         topology.init_distributed(timeout_s, rendezvous)
         memory.start()  # after the CUDA device is set, which it samples
 

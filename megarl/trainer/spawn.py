@@ -39,10 +39,11 @@ def spawn_roles(cluster: Cluster, cfg: MegaRLConfig, steps: int) -> Roles:
             tell("reward model: it reads text differently from the policy (tokenizer or chat template), so each "
                  "prompt + response is decoded and encoded again for it")
     rollout, weights = place_rollout(cluster, cfg, inputs.rollout, actor)
-    critic_pool = (critic.handle,) if critic is not None and pools["critic"] != MAIN_POOL else ()
-    reward_model_pool = (reward_model.handle,) if reward_model is not None and pools["reward_model"] != MAIN_POOL else ()
-    trained = (actor.handle, *critic_pool)
-    return Roles(actor, rollout, weights, critic, reference, reward_model, trained, (*trained, *reward_model_pool))
+    # One role per pool of processes, as the pools were chosen from the recipe.
+    own = {name: pools.get(name, MAIN_POOL) != MAIN_POOL for name in ("critic", "reward_model")}
+    trained = (actor.handle, *((critic.handle,) if critic is not None and own["critic"] else ()))
+    scoring = (reward_model.handle,) if reward_model is not None and own["reward_model"] else ()
+    return Roles(actor, rollout, weights, critic, reference, reward_model, trained, (*trained, *scoring))
 
 
 def place_rollout(cluster: Cluster, cfg: MegaRLConfig, inputs: RolloutInputs,
@@ -59,7 +60,7 @@ def place_rollout(cluster: Cluster, cfg: MegaRLConfig, inputs: RolloutInputs,
 
 def join_bridge(cluster: Cluster, cfg: MegaRLConfig, rollout: PooledRolloutGroup,
                 actor: ActorGroup) -> WeightSenderGroup:
-    """The weight bridge from the actor's first rank to every rank of the rollout pool (parallel/bridge.py)."""
+    """The weight bridge from the actor's first rank to every rank of the rollout pool (parallel/weight_bridge.py)."""
     sender = WeightSenderGroup(cluster[MAIN_POOL].spawn("weight_sender", WeightSenderWorker,
                                                         model_path(cfg.model.path, "model.path"),
                                                         cfg.actor.megatron.tensor_model_parallel_size, actor.handle))

@@ -15,7 +15,7 @@ from mbridge.utils.post_creation_callbacks import make_value_model
 from megatron.core.utils import unwrap_model
 
 from megarl.models.bridge import export_hf_weights, make_bridge
-from parallel import topology
+from parallel import cpu_compat, topology
 
 
 def build(model_dir: str, value_head: bool):
@@ -40,6 +40,7 @@ def main():
     parser.add_argument("out")
     parser.add_argument("--pp", type=int, default=1)
     args = parser.parse_args()
+    cpu_compat.enable()  # a CPU test: megatron through the CPU shim
     topology.init_distributed(timeout_s=300)
     topology.init_model_parallel(pp=args.pp, seed=0)
     bridge, actor = build(args.model_dir, value_head=False)

@@ -13,9 +13,10 @@ from megarl.models.forward import run_forward
 from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
 from megarl.models.packing import pack_micro_batches
 from megarl.models.roles import build_reference
-from parallel import topology
+from parallel import cpu_compat, topology
 from tests.helpers import make_model
 
+cpu_compat.enable()  # a CPU test: megatron through the CPU shim
 topology.init_distributed()
 topology.init_model_parallel()
 with tempfile.TemporaryDirectory() as tmp:
