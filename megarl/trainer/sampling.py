@@ -15,6 +15,7 @@ import math
 from typing import Callable, Iterator
 
 from megarl.algorithms.dapo import groups_with_signal, trained_group_count
+from megarl.columns import ACC, RESPONSE_MASK, RM_SCORES, TOKEN_LEVEL_SCORES, UID, stage
 from megarl.config.schema import MegaRLConfig
 from megarl.rollout.batch import prompt_batch
 from megarl.trainer import stages
@@ -54,7 +55,7 @@ class StepSampler:
                 metrics[key] = metrics.get(key, 0.0) + value
             if not self.filter.enable:
                 return batch, metrics
-            signal = self._signal(Batch.concat(rounds))
+            signal = self.signal_groups(Batch.concat(rounds))
             limit = self.filter.max_num_gen_batches
             if len(signal) >= self.train_batch_size or (limit and len(rounds) >= limit):
                 break
@@ -84,21 +85,23 @@ class StepSampler:
             # Beside the engine, still resident: dynamic sampling may generate another round, and a released engine
             # would need the actor's weights again.
             with phase("reward_model"):
-                model_scores = self.reward_model.compute_rm_score(batch)["rm_scores"]
-            scored = stages.add_model_scores(scored, model_scores, batch["response_mask"], self.reward)
+                model_scores = self.reward_model.compute_rm_score(batch)[RM_SCORES]
+            scored = stages.add_model_scores(scored, model_scores, batch[RESPONSE_MASK], self.reward)
         if self.overlong.enable:
-            scored = stages.shape_overlong(scored, batch["response_mask"], self.overlong, self.max_response_length)
+            scored = stages.shape_overlong(scored, batch[RESPONSE_MASK], self.overlong, self.max_response_length)
         return batch.union(scored), metrics
 
-    def _signal(self, batch: Batch) -> list[str]:
-        values = batch["acc"] if self.filter.metric == "acc" else batch["token_level_scores"].sum(-1)
-        return groups_with_signal(batch["uid"], values.tolist())
+    @stage(reads=(UID, TOKEN_LEVEL_SCORES), reads_if_present=(ACC,))
+    def signal_groups(self, batch: Batch) -> list[str]:
+        """The uids of the groups whose responses' `algorithm.filter_groups.metric` differ."""
+        values = batch[ACC] if self.filter.metric == "acc" else batch[TOKEN_LEVEL_SCORES].sum(-1)
+        return groups_with_signal(batch[UID], values.tolist())
 
     def _select(self, batch: Batch, signal: list[str]) -> tuple[Batch, int]:
         """The groups to train on, in batch order, and how many of them carry signal."""
         count = trained_group_count(len(signal), self.train_batch_size, self.mini_batch_groups)
         with_signal = set(signal)
-        without = [uid for uid in dict.fromkeys(batch["uid"].tolist()) if uid not in with_signal]
+        without = [uid for uid in dict.fromkeys(batch[UID].tolist()) if uid not in with_signal]
         chosen = set((signal + without)[:count])
-        rows = [i for i, uid in enumerate(batch["uid"]) if uid in chosen]
+        rows = [i for i, uid in enumerate(batch[UID]) if uid in chosen]
         return batch.select(indices=rows), min(len(signal), count)

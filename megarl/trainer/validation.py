@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from megarl.columns import DATA_SOURCE, RESPONSE_MASK, TOKEN_LEVEL_SCORES
 from megarl.config.schema import DataConfig
 from megarl.data.dataset import PromptLoader, RLDataset
 from megarl.rollout.batch import prompt_batch
@@ -35,9 +36,9 @@ class Validator:
             batch = rollout.generate(prompt_batch(items, first_uid=VAL_UID_OFFSET + index * self.loader.batch_size),
                                      validate=True)
             scored, _ = score(batch, scorer)
-            for source, value in zip(batch["data_source"], scored["token_level_scores"].sum(-1).tolist()):
+            for source, value in zip(batch[DATA_SOURCE], scored[TOKEN_LEVEL_SCORES].sum(-1).tolist()):
                 scores[source].append(value)
-            lengths += batch["response_mask"].sum(-1).tolist()
+            lengths += batch[RESPONSE_MASK].sum(-1).tolist()
             missing = wanted - sum(len(b) for b in kept)
             if missing > 0:
                 kept.append(batch.union(scored).select(indices=list(range(int(min(missing, len(batch)))))))

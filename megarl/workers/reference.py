@@ -7,9 +7,10 @@ from functools import partial
 
 import torch
 
+from megarl.columns import REF_LOG_PROB, SEQUENCES, stage
 from megarl.models.roles import build_reference
 from megarl.workers import join_mesh
-from megarl.workers.columns import reference_columns
+from megarl.workers.sequences import reference_columns
 from megarl.workers.inputs import ReferenceInputs
 from parallel.batch import Batch
 from parallel.dispatch import Collect, Dispatch, worker_method
@@ -24,6 +25,7 @@ class ReferenceWorker(Worker):
                                      param_offload=inputs.param_offload)
 
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
+    @stage(reads=SEQUENCES, writes=(REF_LOG_PROB,))
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
         """`ref_log_prob` [B, R] at the rollout temperature."""
         columns = reference_columns(batch, self.inputs.log_prob.split,

@@ -14,6 +14,8 @@ import torch
 import torch.distributed as dist
 from megatron.core import parallel_state
 
+from megarl.columns import (DATA_SOURCE, EXTRA_INFO, FINISH_REASON, PROMPT_IDS, RESPONSE_MASK, RESPONSES,
+                            REWARD_MODEL, REWARD_OUTCOME, ROLLOUT_LOG_PROBS, stage)
 from megarl.models.bridge import load_hf_config
 from megarl.models.to_hf import hf_converter
 from megarl.models.tokenizer import load_tokenizer
@@ -21,7 +23,7 @@ from megarl.rewards.scorer import RewardScorer
 from megarl.rewards.stream import StreamingScorer
 from megarl.rollout.base import (KV_CACHE, MEMORY_TAGS, WEIGHTS, Response, RolloutEngine, SamplingParams,
                                  rollout_backend)
-from megarl.rollout.batch import REWARD_OUTCOME, ground_truths, rule_scored, with_responses
+from megarl.rollout.batch import ground_truths, rule_scored, with_responses
 from megarl.workers.actor import ActorWorker
 from megarl.workers.inputs import RolloutInputs, model_path
 from parallel.batch import Batch
@@ -76,6 +78,8 @@ class RolloutWorker(Worker):
         self.engine.stop_profile()
 
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
+    @stage(reads=(PROMPT_IDS,), writes=(RESPONSES, RESPONSE_MASK, ROLLOUT_LOG_PROBS, FINISH_REASON),
+           reads_if_present=(DATA_SOURCE, REWARD_MODEL, EXTRA_INFO), may_write=(REWARD_OUTCOME,))
     def generate(self, prompts: Batch, validate: bool = False, greedy: bool = False,
                  seed: int | None = None) -> Batch | None:
         """Responses to this engine's share of `prompts` (`prompt_ids` column): rollout.n each, the validation
@@ -91,14 +95,14 @@ class RolloutWorker(Worker):
             make = SamplingParams.for_validation if validate else SamplingParams.for_training
             params = make(self.inputs.rollout, max_new, seed=seed)
         if self.scorer is None or validate or greedy:
-            return with_responses(prompts, self.engine.generate(list(prompts["prompt_ids"]), params), width=max_new)
+            return with_responses(prompts, self.engine.generate(list(prompts[PROMPT_IDS]), params), width=max_new)
         return self._generate_scored(prompts, params, self.scorer)
 
     def _generate_scored(self, prompts: Batch, params: SamplingParams, scorer: RewardScorer) -> Batch:
         """The async mode: each response goes to the scorer as it finishes, while the engine goes on with the others;
         the outcomes ride in the batch's `reward_outcome` (the driver's scoring stage reports and places them)."""
-        n, truths, sources = params.n, ground_truths(prompts), list(prompts["data_source"])
-        extras = list(prompts["extra_info"]) if "extra_info" in prompts else [None] * len(prompts)
+        n, truths, sources = params.n, ground_truths(prompts), list(prompts[DATA_SOURCE])
+        extras = list(prompts[EXTRA_INFO]) if EXTRA_INFO in prompts else [None] * len(prompts)
         truth_only = self.inputs.streaming_reward is not None and self.inputs.streaming_reward.truth_only
 
         with StreamingScorer(scorer, len(prompts) * n) as stream:
@@ -106,7 +110,7 @@ class RolloutWorker(Worker):
                 if rule_scored(truths[i], truth_only):
                     stream.submit(i * n + k, response.token_ids, sources[i], truths[i], extras[i])
 
-            groups = self.engine.generate(list(prompts["prompt_ids"]), params, on_response=finished)
+            groups = self.engine.generate(list(prompts[PROMPT_IDS]), params, on_response=finished)
             outcomes = stream.outcomes()
         batch = with_responses(prompts, groups, width=self.inputs.max_response_length)
         return batch.union(Batch(fields={REWARD_OUTCOME: outcomes}))

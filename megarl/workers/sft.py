@@ -14,7 +14,7 @@ from megarl.models.export import write_hf_checkpoint
 from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
 from megarl.models.roles import build_actor
 from megarl.workers import OneModelWorker, join_mesh
-from megarl.workers.columns import response_values, sequences
+from megarl.workers.sequences import response_values, sequences
 from megarl.workers.inputs import SFTInputs
 from megarl.workers.updates import pack_groups, reduce_metrics
 from parallel.batch import Batch
