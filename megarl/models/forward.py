@@ -45,9 +45,9 @@ def run_schedule(model: list, batches: list[PackedBatch], on_output: Callable, f
 def _model_dtype_output(chunk) -> dict:
     """megatron's Float16Module (a bf16 model's wrapper) upcasts the last stage's output to float32 by default: for
     the logits a [tokens × V/tp] float32 copy, which the log-prob function then saved for the backward, whose gradient
-    came back in float32 too (9.3 GiB at 16,384 tokens of Qwen2.5's vocabulary; about a tenth of a 0.6B forward
-    pass's kernel time). Every consumer of the output computes in float32 itself (the log-prob function chunk by
-    chunk; values and scores are cast where used), so the output stays in the model's dtype."""
+    came back in float32 too (docs/benchmarks.md has its size and time). Every consumer of the output computes in
+    float32 itself (the log-prob function chunk by chunk; values and scores are cast where used), so the output stays
+    in the model's dtype."""
     module = chunk
     while not isinstance(module, Float16Module) and isinstance(getattr(module, "module", None), torch.nn.Module):
         module = module.module
@@ -58,10 +58,10 @@ _cache_shaped_for: tuple[tuple, int] | None = None  # the last pass's model and 
 
 
 def _release_cached_blocks(pass_kind: tuple, largest_tokens: int) -> None:
-    """Hand torch's cached blocks back before a pass they were not shaped for (measured: 83 GB reserved for a 33 GB
-    peak of live tensors when blocks of every pass were kept). Not per micro-batch, nor between the mini-batches of an
-    update: emptying waits for the GPU and makes what follows allocate afresh, which cost 30 % of a forward pass at
-    0.5B. Within a pass the largest micro-batch comes first (token_budget_micro_batches), so the rest fit in its blocks;
+    """Hand torch's cached blocks back before a pass they were not shaped for: kept, the blocks of every pass add up
+    to far more than any pass's live tensors. Not per micro-batch, nor between the mini-batches of an update:
+    emptying waits for the GPU and makes what follows allocate afresh (docs/benchmarks.md has both costs). Within a
+    pass the largest micro-batch comes first (token_budget_micro_batches), so the rest fit in its blocks;
     the next pass of the same model and kind with no larger micro-batch fits in them too. (A no-op without CUDA.)"""
     global _cache_shaped_for
     last = _cache_shaped_for

@@ -7,8 +7,6 @@ PPO epoch, against the device's dense bf16 peak; devices without a known peak (C
 
 from __future__ import annotations
 
-import torch
-
 from parallel.batch import Batch
 
 # Dense bf16 peak FLOP/s by device name fragment (vendor data sheets, without sparsity).
@@ -35,14 +33,6 @@ def training_flops(hf_config, sequence_lengths: list[int], frozen_weights: bool 
     # causal attention: QKᵀ and AV over half the square, ×3 for forward + backward
     attention = 6 * layers * heads * head_dim * sum(n * n for n in sequence_lengths)
     return (4 if frozen_weights else 6) * matmul_params * tokens + attention
-
-
-def device_stats() -> dict:
-    """This process's device name and the host's used memory."""
-    import psutil
-
-    return {"name": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-            "cpu_memory_used_gb": psutil.virtual_memory().used / 1e9}
 
 
 def summarise(per_rank: list[dict]) -> dict:

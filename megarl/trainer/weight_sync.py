@@ -6,8 +6,8 @@ the engines, chosen once where the roles are spawned (megarl/trainer/spawn.py):
   reshard layer (`update_weights`), then its KV cache (`resume` again: the large part, once the sync's buckets are
   gone).
 - `BridgeSync`: engines on GPUs of their own keep their memory; the actor's first rank sends its weights over the
-  bridge (parallel/bridge.py). Each rollout rank runs its calls in order, so the engines first finish the generation
-  in flight (`sync_wait`, which is not the sync's time).
+  bridge (parallel/weight_bridge.py). Each rollout rank runs its calls in order, so the engines first finish the
+  generation in flight (`sync_wait`, which is not the sync's time).
 
 `phase(name)` times each part (the loop's `timed`); the sync after a checkpoint's load runs outside any step."""
 

@@ -15,13 +15,13 @@ from megarl.columns import (ADVANTAGES, ENTROPYS, OLD_LOG_PROBS, PROMPT_IDS, PTX
                             SEQUENCES, stage)
 from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
 from megarl.models.roles import build_actor
-from megarl.trainer.perf import device_stats
 from megarl.workers import TrainedWorker, join_mesh
 from megarl.workers.sequences import reference_columns, response_values, sequences
 from megarl.workers.inputs import ActorInputs
 from megarl.workers.updates import pack_groups, pack_mini_batch, ppo_epochs, reduce_metrics
 from parallel.batch import Batch
 from parallel.dispatch import Collect, Dispatch, worker_method
+from parallel.memory import device_stats
 
 
 class ActorWorker(TrainedWorker):

@@ -32,7 +32,7 @@ class ReferenceWorker(Worker):
                                     partial(self.model.logprobs, temperature=self.inputs.temperature))
         if not self.inputs.param_offload:
             # An offloaded reference hands its pass's cached blocks back with its weights; a resident one does here,
-            # so that the next phase starts from the same cache. Kept, they were the 0.5B PPO recipe's values phase
-            # peak on an H100: 27.4 GiB device-wide against its own 23.1 (3421a59).
+            # so that the next phase starts from the same cache (kept, they made the next phase's peak:
+            # docs/benchmarks.md).
             torch.cuda.empty_cache()
         return columns

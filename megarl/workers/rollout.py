@@ -4,7 +4,7 @@ for the prompts dispatched to its engine), in one of two placements, each a clas
 - `ColocatedRolloutWorker`: beside the actor on its GPUs, whose weights it streams in through the reshard layer
   (parallel/reshard.py); the engine releases its memory while the trainer has the GPU and takes it back for the sync.
 - `PooledRolloutWorker`: on GPUs of its own (`rollout.enable_resource_pool`); the weights come over the bridge
-  (parallel/bridge.py) and the engine keeps its memory."""
+  (parallel/weight_bridge.py) and the engine keeps its memory."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from megarl.rollout.batch import ground_truths, rule_scored, with_responses
 from megarl.workers.actor import ActorWorker
 from megarl.workers.inputs import RolloutInputs, model_path
 from parallel.batch import Batch
-from parallel.bridge import WeightBridge
+from parallel.weight_bridge import WeightBridge
 from parallel.dispatch import Collect, Dispatch, RankLayout, worker_method
 from parallel.engines import place_engines
 from parallel.reshard import WeightStreamer

@@ -1,6 +1,6 @@
-"""The actor's side of the weight bridge (parallel/bridge.py) to rollout engines on GPUs of their own: every rank of
-the actor streams its weights as full HF tensors through the reshard layer (gathered within tensor-parallel groups,
-broadcast across pipeline stages); the actor's first rank sends them over the bridge, bucket by bucket."""
+"""The actor's side of the weight bridge (parallel/weight_bridge.py) to rollout engines on GPUs of their own: every
+rank of the actor streams its weights as full HF tensors through the reshard layer (gathered within tensor-parallel
+groups, broadcast across pipeline stages); the actor's first rank sends them over the bridge, bucket by bucket."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from megarl.models.bridge import load_hf_config
 from megarl.models.to_hf import hf_converter
 from megarl.workers.actor import ActorWorker
 from parallel import topology
-from parallel.bridge import WeightBridge
+from parallel.weight_bridge import WeightBridge
 from parallel.dispatch import Collect, worker_method
 from parallel.engines import engine_slots
 from parallel.reshard import WeightStreamer

@@ -1,6 +1,6 @@
 """Rollout engines on a pool of their own (`rollout.enable_resource_pool`, Ray and torchrun on CPU): the actor's
-weights reach them over the bridge (parallel/bridge.py; tests/parallel/test_bridge.py cuts them for tensor-parallel
-engines), and each engine forgets what it cached from the old weights. In turn (`trainer.staleness=0`) the run trains exactly as with
+weights reach them over the bridge (parallel/weight_bridge.py; tests/parallel/test_weight_bridge.py cuts them for
+tensor-parallel engines), and each engine forgets what it cached from the old weights. In turn (`trainer.staleness=0`) the run trains exactly as with
 the engines beside the actor; a step ahead (`trainer.staleness=1`) step t trains on responses of the weights before
 step t − 1, and a resumed run sends the prompts that were in flight again."""
 
