@@ -3,6 +3,8 @@ engines, chosen once from where the engines run."""
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from megarl.config.schema import MegaRLConfig
 from megarl.placement import MAIN_POOL, ROLLOUT_POOL, role_pools
 from megarl.trainer.recovery import RecoveringRollout
@@ -18,23 +20,30 @@ from megarl.workers.reference import ReferenceWorker
 from megarl.workers.reward_model import RewardModelWorker
 from megarl.workers.rollout import ColocatedRolloutWorker, PooledRolloutWorker
 from megarl.workers.weight_sender import WeightSenderWorker
-from parallel.controller import Cluster
+from parallel.controller import Cluster, RoleHandle
+from parallel.worker import Worker
+
+W = TypeVar("W", bound=Worker)
 
 
 def spawn_roles(cluster: Cluster, cfg: MegaRLConfig, steps: int) -> Roles:
-    """Each role on its pool, built from its typed inputs; the rollout role last, as it serves the colocated actor."""
+    """Each role on its pool, built from its typed inputs; the roles in the actor's processes get it as their peer
+    (they share its GPUs' cached blocks; the rollout role streams its weights), the rollout role last."""
     inputs, pools = role_inputs(cfg, steps), role_pools(cfg)
-    actor = ActorGroup(cluster[pools["actor"]].spawn("actor", ActorWorker, inputs.actor))
+    actor = ActorGroup(cluster[MAIN_POOL].spawn("actor", ActorWorker, inputs.actor))
+
+    def spawn(name: str, cls: type[W], role_input: object) -> RoleHandle[W]:
+        beside = (actor.handle,) if pools[name] == MAIN_POOL else ()
+        return cluster[pools[name]].spawn(name, cls, role_input, *beside)
+
     # A LoRA actor is its own reference (adapters disabled): no second copy of the weights.
     reference: Reference | None = actor if inputs.actor.reference_log_prob is not None else None
     if inputs.reference is not None:
-        reference = ReferenceGroup(cluster[pools["reference"]].spawn("reference", ReferenceWorker, inputs.reference))
-    critic = (CriticGroup(cluster[pools["critic"]].spawn("critic", CriticWorker, inputs.critic))
-              if inputs.critic is not None else None)
+        reference = ReferenceGroup(spawn("reference", ReferenceWorker, inputs.reference))
+    critic = CriticGroup(spawn("critic", CriticWorker, inputs.critic)) if inputs.critic is not None else None
     reward_model = None
     if inputs.reward_model is not None:
-        reward_model = RewardModelGroup(cluster[pools["reward_model"]].spawn("reward_model", RewardModelWorker,
-                                                                             inputs.reward_model))
+        reward_model = RewardModelGroup(spawn("reward_model", RewardModelWorker, inputs.reward_model))
         if inputs.reward_model.retemplate is not None:
             tell("reward model: it reads text differently from the policy (tokenizer or chat template), so each "
                  "prompt + response is decoded and encoded again for it")

@@ -25,11 +25,13 @@ from parallel.memory import device_stats
 
 
 class ActorWorker(TrainedWorker):
-    def __init__(self, inputs: ActorInputs):
+    def __init__(self, inputs: ActorInputs, beside: ActorWorker | None = None):
+        """`beside`: another actor in these processes, whose GPUs' cached blocks it shares (an A/B benchmark's)."""
         join_mesh(inputs.model)
         self.inputs = inputs
         self.model = build_actor(inputs.model.path, inputs.model.megatron, inputs.optim, inputs.total_steps,
-                                 bf16=torch.cuda.is_available(), lora=inputs.lora, seed=inputs.model.seed)
+                                 bf16=torch.cuda.is_available(), lora=inputs.lora, seed=inputs.model.seed,
+                                 blocks=beside.model.blocks if beside else None)
 
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
     @stage(reads=SEQUENCES, writes=(OLD_LOG_PROBS,), may_write=(ENTROPYS,))

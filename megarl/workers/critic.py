@@ -8,6 +8,7 @@ from megarl.algorithms import compute_value_loss
 from megarl.columns import RETURNS, SEQUENCES, VALUES, stage
 from megarl.models.roles import build_critic
 from megarl.workers import TrainedWorker, join_mesh
+from megarl.workers.actor import ActorWorker
 from megarl.workers.sequences import response_values, sequences
 from megarl.workers.inputs import CriticInputs
 from megarl.workers.updates import pack_mini_batch, ppo_epochs, reduce_metrics
@@ -16,11 +17,13 @@ from parallel.dispatch import Collect, Dispatch, worker_method
 
 
 class CriticWorker(TrainedWorker):
-    def __init__(self, inputs: CriticInputs):
+    def __init__(self, inputs: CriticInputs, beside: ActorWorker | None = None):
+        """`beside`: the actor, when this role shares its processes (and so its GPUs' cached blocks)."""
         join_mesh(inputs.model)
         self.inputs = inputs
         self.model = build_critic(inputs.model.path, inputs.model.megatron, inputs.optim, inputs.total_steps,
-                                  bf16=torch.cuda.is_available(), seed=inputs.model.seed)
+                                  bf16=torch.cuda.is_available(), seed=inputs.model.seed,
+                                  blocks=beside.model.blocks if beside else None)
 
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
     @stage(reads=SEQUENCES, writes=(VALUES,))

@@ -10,6 +10,7 @@ import torch
 from megarl.columns import REF_LOG_PROB, SEQUENCES, stage
 from megarl.models.roles import build_reference
 from megarl.workers import join_mesh
+from megarl.workers.actor import ActorWorker
 from megarl.workers.sequences import reference_columns
 from megarl.workers.inputs import ReferenceInputs
 from parallel.batch import Batch
@@ -18,11 +19,12 @@ from parallel.worker import Worker
 
 
 class ReferenceWorker(Worker):
-    def __init__(self, inputs: ReferenceInputs):
+    def __init__(self, inputs: ReferenceInputs, beside: ActorWorker | None = None):
+        """`beside`: the actor, when this role shares its processes (and so its GPUs' cached blocks)."""
         join_mesh(inputs.model)
         self.inputs = inputs
         self.model = build_reference(inputs.model.path, inputs.model.megatron, bf16=torch.cuda.is_available(),
-                                     param_offload=inputs.param_offload)
+                                     param_offload=inputs.param_offload, blocks=beside.model.blocks if beside else None)
 
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
     @stage(reads=SEQUENCES, writes=(REF_LOG_PROB,))

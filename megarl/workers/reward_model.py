@@ -10,6 +10,7 @@ import torch
 from megarl.columns import PROMPT_IDS, RAW_PROMPT, RM_SCORES, SEQUENCES, stage
 from megarl.models.roles import build_reward_model
 from megarl.workers import join_mesh
+from megarl.workers.actor import ActorWorker
 from megarl.workers.sequences import sequences
 from megarl.workers.inputs import RewardModelInputs
 from parallel.batch import Batch
@@ -18,11 +19,12 @@ from parallel.worker import Worker
 
 
 class RewardModelWorker(Worker):
-    def __init__(self, inputs: RewardModelInputs):
+    def __init__(self, inputs: RewardModelInputs, beside: ActorWorker | None = None):
+        """`beside`: the actor, when this role shares its processes (and so its GPUs' cached blocks)."""
         join_mesh(inputs.model)
         self.inputs = inputs
         self.model = build_reward_model(inputs.model.path, inputs.model.megatron, bf16=torch.cuda.is_available(),
-                                        resident=inputs.resident)
+                                        resident=inputs.resident, blocks=beside.model.blocks if beside else None)
         self.retemplate = inputs.retemplate.build(inputs.model.directory) if inputs.retemplate else None
 
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)

@@ -33,7 +33,7 @@ def per_token(logits, batch):
     return {"difference": (logprobs - upcast).abs()}
 
 
-results = run_forward(reference.chunks, pack_micro_batches(sequences, [[0, 1], [2]]), per_token)
+results = run_forward(reference.chunks, pack_micro_batches(sequences, [[0, 1], [2]]), per_token, reference.blocks)
 difference = max(d.max().item() for result in results for d in result["difference"])
 print(json.dumps({"dtypes": dtypes, "difference": difference}))
 topology.destroy()

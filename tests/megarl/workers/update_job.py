@@ -56,8 +56,10 @@ def main():
     advantages = torch.randn(batch["responses"].shape, generator=generator) * batch["response_mask"]
     with start_workers(cfg) as cluster:
         actor = ActorGroup(cluster[MAIN_POOL].spawn("actor", ActorWorker, actor_inputs(cfg, total_steps=1)))
-        reference = ReferenceGroup(cluster[MAIN_POOL].spawn("reference", ReferenceWorker, reference_inputs(cfg)))
-        critic = CriticGroup(cluster[MAIN_POOL].spawn("critic", CriticWorker, critic_inputs(cfg, total_steps=1)))
+        reference = ReferenceGroup(cluster[MAIN_POOL].spawn("reference", ReferenceWorker, reference_inputs(cfg),
+                                                            actor.handle))
+        critic = CriticGroup(cluster[MAIN_POOL].spawn("critic", CriticWorker, critic_inputs(cfg, total_steps=1),
+                                                      actor.handle))
         batch = batch.union(actor.compute_log_prob(batch))
         ref_log_prob = reference.compute_ref_log_prob(batch)["ref_log_prob"]
         batch = batch.union(Batch({"advantages": advantages,
