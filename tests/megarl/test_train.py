@@ -44,6 +44,11 @@ def test_bad_input_is_an_error_naming_the_key(runnable, tmp_path, capsys):
     assert not (tmp_path / "run" / "config.yaml").exists()
 
 
+def test_a_value_out_of_its_range_is_one_line_at_dry_run(runnable, capsys):
+    assert main(["--dry-run", *runnable, "actor.optim.lr=-1"]) == 2
+    assert capsys.readouterr().err == "error: actor.optim.lr=-1.0 must be > 0\n"
+
+
 def test_malformed_parquet_stops_before_any_worker_starts(runnable, tmp_path, capsys):
     from megarl.models.init_model import write_model
 

@@ -74,6 +74,12 @@ def test_choices_and_sizes():
     assert found[3:] == ["data.max_length=0 must be at least 1", "data.micro_batch_size_per_gpu=0 must be at least 1"]
 
 
+def test_optimizer_ranges():
+    found = problems("optim.lr=-1", "optim.betas=[0.9,1.0]", "optim.weight_decay=-1")
+    assert found == ["optim.lr=-1.0 must be > 0", "optim.weight_decay=-1.0 must be ≥ 0",
+                     "optim.betas[1]=1.0 must be in [0, 1)"]
+
+
 def test_checks_against_the_model_config(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"num_attention_heads": 4, "num_key_value_heads": 2,
                                                       "num_hidden_layers": 2, "max_position_embeddings": 256}))

@@ -108,7 +108,7 @@ def test_critic_is_checked_only_when_used_and_when_it_differs():
         ("rollout.name=vllm", "rollout.name='vllm' is not one of: sglang, transformers"),
         ("rollout.mode=agent", "rollout.mode='agent' is not one of: sync, async"),
         ("actor.megatron.recompute_granularity=some", "recompute_granularity='some'"),
-        ("actor.clip_ratio_c=1.0", "actor.clip_ratio_c=1.0 must be > 1.0"),
+        ("actor.clip_ratio_c=1.0", "actor.clip_ratio_c=1.0 must be > 1 (the dual-clip bound)"),
         ("rollout.gpu_memory_utilization=1.5", "must be in (0, 1)"),
         ("data.max_prompt_length=0", "data.max_prompt_length=0 must be at least 1"),
         ("trainer.log_interval=0", "trainer.log_interval=0 must be at least 1"),
@@ -119,6 +119,39 @@ def test_critic_is_checked_only_when_used_and_when_it_differs():
     ],
 )
 def test_bad_values(override, message):
+    assert message in one_problem(override)
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("actor.optim.lr=-1", "actor.optim.lr=-1.0 must be > 0"),
+        ("critic.optim.lr=0", "critic.optim.lr=0.0 must be > 0"),
+        ("actor.optim.lr=nan", "actor.optim.lr=nan must be a finite number"),
+        ("actor.optim.min_lr=-1e-7", "actor.optim.min_lr=-1e-07 must be in [0, actor.optim.lr=1e-06]"),
+        ("actor.optim.min_lr=nan", "actor.optim.min_lr=nan must be in [0, actor.optim.lr=1e-06]"),
+        ("actor.optim.min_lr=1e-5", "actor.optim.min_lr=1e-05 must be in [0, actor.optim.lr=1e-06]"),
+        ("actor.optim.weight_decay=-0.1", "actor.optim.weight_decay=-0.1 must be ≥ 0"),
+        ("actor.optim.betas=[0.9,1.5]", "actor.optim.betas[1]=1.5 must be in [0, 1)"),
+        ("critic.optim.betas=[-0.1,0.99]", "critic.optim.betas[0]=-0.1 must be in [0, 1)"),
+        ("actor.optim.clip_grad=-1", "actor.optim.clip_grad=-1.0 must be ≥ 0 (0: no clipping)"),
+        ("actor.optim.lr_warmup_steps=-5", "actor.optim.lr_warmup_steps=-5 must be ≥ 0"),
+        ("actor.clip_ratio_low=inf", "actor.clip_ratio_low=inf must be a finite number"),
+        ("actor.clip_ratio_high=nan", "actor.clip_ratio_high=nan must be a finite number"),
+        ("actor.kl_loss_coef=-0.1", "actor.kl_loss_coef=-0.1 must be ≥ 0"),
+        ("actor.entropy_coeff=nan", "actor.entropy_coeff=nan must be a finite number"),
+        ("critic.cliprange_value=0", "critic.cliprange_value=0.0 must be > 0"),
+        ("algorithm.gamma=1.5", "algorithm.gamma=1.5 must be in [0, 1]"),
+        ("algorithm.lam=-0.5", "algorithm.lam=-0.5 must be in [0, 1]"),
+        ("algorithm.kl_ctrl.kl_coef=-1", "algorithm.kl_ctrl.kl_coef=-1.0 must be ≥ 0"),
+        ("rollout.temperature=-1", "rollout.temperature=-1.0 must be ≥ 0 (0: greedy)"),
+        ("rollout.top_p=0", "rollout.top_p=0.0 must be in (0, 1]"),
+        ("rollout.top_k=0", "rollout.top_k=0 must be -1 (off) or ≥ 1"),
+        ("rollout.val_kwargs.top_p=1.5", "rollout.val_kwargs.top_p=1.5 must be in (0, 1]"),
+        ("reward.model.weight=nan", "reward.model.weight=nan must be a finite number"),
+    ],
+)
+def test_numeric_ranges_are_one_line_each(override, message):
     assert message in one_problem(override)
 
 
