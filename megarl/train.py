@@ -7,7 +7,7 @@ from functools import partial
 from typing import Sequence
 
 from megarl.config import RL_RECIPE, ConfigError, MegaRLConfig, check_inputs_exist
-from megarl.data.dataset import check_rl_columns
+from megarl.data.dataset import read_rl_file
 from megarl.data.retemplate import retemplate_source
 from megarl.placement import describe_placement
 from megarl.plan import check_memory
@@ -31,7 +31,7 @@ def check_runnable(cfg: MegaRLConfig, gpu_gib: float | None = None) -> None:
     if cfg.reward.model.path:
         models.append(("reward.model.path", cfg.reward.model.path))
     check_inputs_exist(models, cfg.data.train_files, cfg.data.val_files,
-                       partial(check_rl_columns, prompt_key=cfg.data.prompt_key))
+                       partial(read_rl_file, prompt_key=cfg.data.prompt_key))
     if cfg.reward.model.path:
         check_reward_model_tokenizer(cfg)
     try:

@@ -49,6 +49,15 @@ def test_a_value_out_of_its_range_is_one_line_at_dry_run(runnable, capsys):
     assert capsys.readouterr().err == "error: actor.optim.lr=-1.0 must be > 0\n"
 
 
+def test_dry_run_reads_every_prompt(runnable, tmp_path, capsys):
+    empty = tmp_path / "empty_prompt.parquet"
+    datasets.Dataset.from_list([{"data_source": "openai/gsm8k", "prompt": [], "reward_model": {"ground_truth": "1"}}]
+                               ).to_parquet(str(empty))
+    capsys.readouterr()
+    assert main(["--dry-run", *runnable, f"data.val_files=[{empty}]"]) == 2
+    assert capsys.readouterr().err.startswith(f"error: data.val_files: {empty} row 0: the prompt is an empty list")
+
+
 def test_malformed_parquet_stops_before_any_worker_starts(runnable, tmp_path, capsys):
     from megarl.models.init_model import write_model
 
