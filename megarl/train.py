@@ -9,6 +9,7 @@ from typing import Sequence
 from megarl.config import RL_RECIPE, ConfigError, MegaRLConfig, check_inputs_exist
 from megarl.data.dataset import read_rl_file
 from megarl.data.retemplate import retemplate_source
+from megarl.models.tokenizer import load_tokenizer
 from megarl.placement import describe_placement
 from megarl.plan import check_memory
 from megarl.plan.machine import gpu_memory_gib
@@ -21,10 +22,11 @@ from parallel.controller import WorkerError
 
 
 def check_runnable(cfg: MegaRLConfig, gpu_gib: float | None = None) -> None:
-    """What a run needs on disk: the model directories, the data files (their columns) and the reward function
-    (imported here, so that a missing name or an import error inside it stops `--dry-run` too); then, on a machine
-    with GPUs, that every phase fits in their memory (megarl/plan; `gpu_gib`: one GPU's memory, instead of asking
-    nvidia-smi). Runs before any worker starts, for `--dry-run` and launches alike."""
+    """What a run needs on disk: the model directories, the data files (every row's prompt), a tokenizer that encodes
+    text and fits the model's vocabulary, and the reward function (imported here, so that a missing name or an
+    import error inside it stops `--dry-run` too); then, on a machine with GPUs, that every phase fits in their
+    memory (megarl/plan; `gpu_gib`: one GPU's memory, instead of asking nvidia-smi). Runs before any worker starts,
+    for `--dry-run` and launches alike."""
     models = [("model.path", cfg.model.path)]
     if cfg.use_critic and cfg.critic.model.path != cfg.model.path:
         models.append(("critic.model.path", cfg.critic.model.path))
@@ -32,6 +34,7 @@ def check_runnable(cfg: MegaRLConfig, gpu_gib: float | None = None) -> None:
         models.append(("reward.model.path", cfg.reward.model.path))
     check_inputs_exist(models, cfg.data.train_files, cfg.data.val_files,
                        partial(read_rl_file, prompt_key=cfg.data.prompt_key))
+    load_tokenizer(cfg.model)
     if cfg.reward.model.path:
         check_reward_model_tokenizer(cfg)
     try:

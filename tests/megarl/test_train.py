@@ -5,14 +5,22 @@ import pytest
 
 from megarl.config import load_config
 from megarl.train import main
+from tests.helpers import make_tokenizer
+
+
+def model_config(model, **values):
+    """A model directory's config.json (of a model with no weights: a dry run reads no more)."""
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text(json.dumps({"model_type": "qwen2", "num_attention_heads": 4,
+                                                   "num_key_value_heads": 2, "num_hidden_layers": 2,
+                                                   "vocab_size": 512, **values}))
+    return model
 
 
 @pytest.fixture
 def runnable(tmp_path):
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps({"num_attention_heads": 4, "num_key_value_heads": 2,
-                                                   "num_hidden_layers": 2}))
+    model = model_config(tmp_path / "model")
+    make_tokenizer(model)
     data = tmp_path / "train.parquet"
     datasets.Dataset.from_list([{"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": "q"}],
                                  "reward_model": {"ground_truth": "1"}}]).to_parquet(str(data))
@@ -107,3 +115,18 @@ def test_an_output_dir_that_cannot_be_written_is_one_line(runnable, tmp_path, ca
     assert main(["--dry-run", *runnable, f"trainer.output_dir={blocker / 'run'}"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: trainer.output_dir={blocker / 'run'} cannot be written") and err.count("\n") == 1
+
+
+def test_a_model_without_a_usable_tokenizer_is_one_line_at_dry_run(runnable, tmp_path, capsys):
+    bare = model_config(tmp_path / "bare")
+    assert main(["--dry-run", *runnable, f"model.path={bare}"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: model.path={bare}: the tokenizer loaded from there is empty ('11+12=' encodes to no tokens): it has "
+        "none of the tokenizer files tokenizer.json, tokenizer.model, vocab.json + merges.txt: copy them from the "
+        "model's source, or point model.tokenizer_path at a directory that has them\n")
+    small = model_config(tmp_path / "small", vocab_size=256)
+    assert main(["--dry-run", *runnable, f"model.path={small}", f"model.tokenizer_path={tmp_path / 'model'}"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: model.tokenizer_path={tmp_path / 'model'}: the tokenizer has 400 tokens, more than the model's "
+        f"vocab_size=256 ({small}/config.json): token ids from 256 on have no embedding; use the model's own "
+        "tokenizer\n")
