@@ -11,6 +11,7 @@ from megarl.config.validate import (
     check_choice,
     check_megatron_choices,
     check_mesh_fits_model,
+    check_model_type,
     check_positive,
     check_run_choices,
     divisors,
@@ -84,6 +85,7 @@ def check_trainer_model(problems: list[str], role: str, cfg) -> None:
     if hf is None:
         return
     where = f"{cfg.model.path}/config.json"
+    check_model_type(problems, "model.path", cfg.model.path, hf)
     check_mesh_fits_model(problems, role, getattr(cfg, role).megatron, hf, where)
     max_positions = hf.get("max_position_embeddings")
     if max_positions and cfg.data.max_length > max_positions:

@@ -14,7 +14,7 @@ from megarl.config.rollout_validate import check_rollout_placement
 from megarl.config.loader import ConfigError
 from megarl.config.schema import ROLLOUT_MODES, MegaRLConfig, MegatronConfig, RunConfig
 from megarl.data.dataset import TRUNCATIONS
-from megarl.models.shapes import heads_split_problem
+from megarl.models.shapes import MODEL_TYPES, heads_split_problem
 from megarl.plugins import spec_problems
 from megarl.registry import did_you_mean
 from megarl.rollout import ROLLOUT_BACKENDS
@@ -347,6 +347,14 @@ def read_hf_config(path: str | None) -> dict | None:
         return None
 
 
+def check_model_type(problems: list[str], key: str, path: str, hf: dict) -> None:
+    """`key`'s model (its config.json `hf`, read from `path`) is of a family megarl builds."""
+    model_type = hf.get("model_type")
+    if model_type not in MODEL_TYPES:
+        problems.append(f"{key}={path}: model_type {model_type!r} ({path}/config.json) is not an architecture megarl "
+                        f"builds ({', '.join(MODEL_TYPES)}): start from a checkpoint of one of those families")
+
+
 def check_mesh_fits_model(problems: list[str], role: str, megatron: MegatronConfig, hf: dict, where: str) -> None:
     _check_tp_splits_heads(problems, f"{role}.megatron.tensor_model_parallel_size",
                            megatron.tensor_model_parallel_size, hf, where)
@@ -371,6 +379,7 @@ def _check_against_model(cfg: MegaRLConfig, problems: list[str]) -> None:
     hf = read_hf_config(cfg.model.path)
     if hf is not None:
         where = f"{cfg.model.path}/config.json"
+        check_model_type(problems, "model.path", cfg.model.path, hf)
         check_mesh_fits_model(problems, "actor", cfg.actor.megatron, hf, where)
         _check_tp_splits_heads(problems, "rollout.tensor_model_parallel_size", cfg.rollout.tensor_model_parallel_size,
                                hf, where)
@@ -383,6 +392,11 @@ def _check_against_model(cfg: MegaRLConfig, problems: list[str]) -> None:
             )
     if cfg.use_critic:
         critic_hf = read_hf_config(cfg.critic.model.path)
+        if critic_hf is not None and cfg.critic.model.path != cfg.model.path:
+            check_model_type(problems, "critic.model.path", cfg.critic.model.path, critic_hf)
         if critic_hf is not None:
             where = f"{cfg.critic.model.path}/config.json"
             check_mesh_fits_model(problems, "critic", cfg.critic.megatron, critic_hf, where)
+    reward_model_hf = read_hf_config(cfg.reward.model.path)
+    if reward_model_hf is not None:
+        check_model_type(problems, "reward.model.path", cfg.reward.model.path, reward_model_hf)

@@ -140,7 +140,7 @@ class Llama(MegarlBridge, LLaMABridge):
     """Llama: QKV bias as its config says, RoPE scaling."""
 
 
-BRIDGES = {"qwen2": Qwen2, "qwen3": Qwen3, "llama": Llama}
+BRIDGES = {"qwen2": Qwen2, "qwen3": Qwen3, "llama": Llama}  # keyed by the model_types of shapes.MODEL_TYPES
 
 
 def make_bridge(hf_path: str | Path, dtype: torch.dtype, use_transformer_engine: bool | None = None,

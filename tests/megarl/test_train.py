@@ -130,3 +130,13 @@ def test_a_model_without_a_usable_tokenizer_is_one_line_at_dry_run(runnable, tmp
         f"error: model.tokenizer_path={tmp_path / 'model'}: the tokenizer has 400 tokens, more than the model's "
         f"vocab_size=256 ({small}/config.json): token ids from 256 on have no embedding; use the model's own "
         "tokenizer\n")
+
+
+def test_an_unsupported_architecture_is_one_line_at_dry_run(runnable, tmp_path, capsys):
+    gpt2 = tmp_path / "gpt2"
+    gpt2.mkdir()
+    (gpt2 / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 2, "vocab_size": 512}))
+    make_tokenizer(gpt2)
+    assert main(["--dry-run", *runnable, f"model.path={gpt2}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: model.path={gpt2}: model_type 'gpt2' ")

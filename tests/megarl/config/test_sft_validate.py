@@ -81,8 +81,9 @@ def test_optimizer_ranges():
 
 
 def test_checks_against_the_model_config(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"num_attention_heads": 4, "num_key_value_heads": 2,
-                                                      "num_hidden_layers": 2, "max_position_embeddings": 256}))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen3", "num_attention_heads": 4,
+                                                      "num_key_value_heads": 2, "num_hidden_layers": 2,
+                                                      "max_position_embeddings": 256}))
     found = problems(f"model.path={tmp_path}", "data.max_length=512", "trainer.n_gpus_per_node=4",
                      "data.train_batch_size=4", "actor.megatron.tensor_model_parallel_size=4")
     assert "actor.megatron.tensor_model_parallel_size=4 must divide the model's 4 attention heads and 2" in found[0]

@@ -174,8 +174,8 @@ def test_every_problem_is_reported_at_once():
 @pytest.fixture
 def model_dir(tmp_path):
     (tmp_path / "config.json").write_text(
-        json.dumps({"num_attention_heads": 14, "num_key_value_heads": 2, "num_hidden_layers": 28,
-                    "max_position_embeddings": 2048})
+        json.dumps({"model_type": "qwen2", "num_attention_heads": 14, "num_key_value_heads": 2,
+                    "num_hidden_layers": 28, "max_position_embeddings": 2048})
     )
     return tmp_path
 
@@ -194,9 +194,26 @@ def test_parallel_sizes_must_fit_the_model(model_dir):
     load_config(overrides=[*world, "actor.megatron.tensor_model_parallel_size=2", "rollout.tensor_model_parallel_size=2"])
 
 
+@pytest.mark.parametrize("config", [
+    {"model_type": "gpt2", "n_head": 12, "n_layer": 12, "vocab_size": 50257},
+    {"model_type": "mistral", "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+     "sliding_window": 4096},
+    {"num_attention_heads": 4, "num_hidden_layers": 2},
+])
+def test_an_architecture_megarl_does_not_build_is_refused_naming_the_ones_it_does(tmp_path, config):
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    found = config.get("model_type")
+    assert one_problem(f"model.path={tmp_path}") == (
+        f"model.path={tmp_path}: model_type {found!r} ({tmp_path}/config.json) is not an architecture megarl builds "
+        "(llama, qwen2, qwen3): start from a checkpoint of one of those families")
+    reward_model = one_problem(f"reward.model.path={tmp_path}", "algorithm.adv_estimator=grpo", "rollout.n=2")
+    assert reward_model.startswith(f"reward.model.path={tmp_path}: model_type {found!r}")
+
+
 def test_critic_model_is_checked_when_it_differs(model_dir, tmp_path_factory):
     other = tmp_path_factory.mktemp("critic")
-    (other / "config.json").write_text(json.dumps({"num_attention_heads": 6, "num_hidden_layers": 4}))
+    (other / "config.json").write_text(json.dumps({"model_type": "llama", "num_attention_heads": 6,
+                                                    "num_hidden_layers": 4}))
     msg = one_problem("trainer.n_gpus_per_node=4", "data.train_batch_size=64", f"model.path={model_dir}",
                       f"critic.model.path={other}", "critic.megatron.tensor_model_parallel_size=4",
                       "critic.enable_resource_pool=true")

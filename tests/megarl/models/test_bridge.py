@@ -102,6 +102,13 @@ def test_a_family_megarl_does_not_convert_is_named(tmp_path):
         make_bridge(tmp_path, torch.float32)
 
 
+def test_the_config_accepts_the_families_that_have_a_bridge():
+    from megarl.models.bridge import BRIDGES
+    from megarl.models.shapes import MODEL_TYPES
+
+    assert sorted(BRIDGES) == list(MODEL_TYPES)
+
+
 def test_pipeline_stages_build_and_export_through_the_mapping(tmp_path):
     """A tied Qwen3 in two pipeline stages: one SDPA layer per stage, every checkpoint tensor exported once
     (the tied output layer is the embedding), the critic's head as score.weight, mbridge's classes untouched."""
