@@ -14,6 +14,7 @@ from megarl.config.rollout_validate import check_rollout_placement
 from megarl.config.loader import ConfigError
 from megarl.config.schema import ROLLOUT_MODES, MegaRLConfig, MegatronConfig, RunConfig
 from megarl.data.dataset import TRUNCATIONS
+from megarl.models.accelerators import TRANSFORMER_IMPLS, transformer_engine_available
 from megarl.models.shapes import MODEL_TYPES, heads_split_problem
 from megarl.plugins import spec_problems
 from megarl.registry import did_you_mean
@@ -69,6 +70,7 @@ def _check_choices(cfg: MegaRLConfig, problems: list[str]) -> None:
         section = getattr(cfg, role)
         check_choice(problems, f"{role}.optim.lr_decay_style", section.optim.lr_decay_style, LR_DECAY_STYLES)
         check_megatron_choices(problems, f"{role}.megatron", section.megatron)
+    check_megatron_choices(problems, "reward.model.megatron", cfg.reward.model.megatron)
     check_run_choices(problems, cfg.trainer)
     if cfg.trainer.resume_mode == "resume_path" and not cfg.trainer.resume_from_path:
         problems.append("trainer.resume_mode=resume_path needs trainer.resume_from_path=<checkpoint dir>")
@@ -151,8 +153,12 @@ def run_sizes(trainer: RunConfig) -> dict[str, int]:
 
 
 def check_megatron_choices(problems: list[str], key: str, megatron: MegatronConfig) -> None:
-    """A role's `megatron` section at `key`: its recompute granularity."""
+    """A role's `megatron` section at `key`: its recompute granularity and transformer layers."""
     check_choice(problems, f"{key}.recompute_granularity", megatron.recompute_granularity, RECOMPUTE_GRANULARITIES)
+    check_choice(problems, f"{key}.transformer_impl", megatron.transformer_impl, TRANSFORMER_IMPLS)
+    if megatron.transformer_impl == "transformer_engine" and not transformer_engine_available():
+        problems.append(f"{key}.transformer_impl=transformer_engine needs Transformer Engine, which is not importable "
+                        "here: install it (pip install -e \".[accel]\") or use auto (megarl's tested local layers)")
 
 
 def megatron_sizes(key: str, megatron: MegatronConfig) -> dict[str, int]:

@@ -1,5 +1,5 @@
-"""The layer specs of one pipeline stage: Transformer Engine's when it is importable, else megatron-core's local
-spec with the core attention swapped for SDPAttention, the self-attention for SelfAttentionRotaryInCore (which leaves
+"""The layer specs of one pipeline stage: Transformer Engine's where the role's `megatron.transformer_impl` names it,
+else (the default, `auto`, too) megatron-core's local spec with the core attention swapped for SDPAttention, the self-attention for SelfAttentionRotaryInCore (which leaves
 RoPE over packed sequences to SDPAttention), query/key norms (where the model has them) for QKNormFloat32Out, which
 lets RoPE rotate in float32, and the layer for CompiledTransformerLayer, compiled whole on a GPU (swaps through the
 spec, not a fork of the layer; LoRA's layers stay megatron's, uncompiled).

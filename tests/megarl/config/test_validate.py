@@ -155,6 +155,20 @@ def test_numeric_ranges_are_one_line_each(override, message):
     assert message in one_problem(override)
 
 
+def test_transformer_impl_is_a_choice_and_transformer_engine_must_be_importable():
+    assert load_config().actor.megatron.transformer_impl == "auto"
+    assert "actor.megatron.transformer_impl='te' is not one of: auto, local, transformer_engine" in one_problem(
+        "actor.megatron.transformer_impl=te")
+    assert one_problem("critic.megatron.transformer_impl=transformer_engine").startswith(
+        "critic.megatron.transformer_impl=transformer_engine needs Transformer Engine, which is not importable here")
+    assert one_problem("reward.model.path=rm", "reward.model.megatron.transformer_impl=local", "reward.rule_weight=0",
+                       "reward.model.megatron.transformer_impl=tev").startswith(
+        "reward.model.megatron.transformer_impl='tev' is not one of")
+    lora = problems("actor.lora.rank=8", "actor.megatron.transformer_impl=transformer_engine")
+    assert any(p.startswith("actor.megatron.transformer_impl=transformer_engine does not apply to a LoRA actor")
+               for p in lora)
+
+
 def test_group_estimators_need_several_samples():
     msg = one_problem("algorithm.adv_estimator=grpo", "rollout.n=1")
     assert "set rollout.n ≥ 2" in msg
