@@ -87,14 +87,22 @@ def find_resume_checkpoint(cfg: MegaRLConfig) -> Path | None:
 
 
 def resume_candidate(cfg: MegaRLConfig) -> Path | None:
-    """The checkpoint a launch would resume from if it verifies, found without reading its files (for `--dry-run`
-    and the checks before launch; `find_resume_checkpoint` verifies it when the run starts)."""
+    """The checkpoint a launch would resume from if it verifies, found without reading its shards (for `--dry-run`
+    and the checks before launch; `find_resume_checkpoint` verifies it, and refuses what is no checkpoint, when the
+    run starts). Its trainer state parses: `saved_step` reads it."""
     mode = cfg.trainer.resume_mode
     if mode == "resume_path":
         path = Path(cfg.trainer.resume_from_path).expanduser()
-        return path if path.is_dir() else None
-    steps = complete_steps(checkpoints_root(cfg)) if mode == "auto" else []
-    return step_dir(checkpoints_root(cfg), steps[-1]) if steps else None
+    else:
+        steps = complete_steps(checkpoints_root(cfg)) if mode == "auto" else []
+        path = step_dir(checkpoints_root(cfg), steps[-1]) if steps else None
+    if path is None:
+        return None
+    try:
+        saved_step(path)
+    except (OSError, ValueError, KeyError, TypeError):  # no checkpoint: find_resume_checkpoint says why at start
+        return None
+    return path
 
 
 def check_resume_layout(cfg: MegaRLConfig, path: Path) -> None:

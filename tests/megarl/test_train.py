@@ -140,3 +140,19 @@ def test_an_unsupported_architecture_is_one_line_at_dry_run(runnable, tmp_path, 
     assert main(["--dry-run", *runnable, f"model.path={gpt2}"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"error: model.path={gpt2}: model_type 'gpt2' ")
+
+
+def test_checkpoints_that_will_not_fit_on_disk_are_a_warning_at_start(runnable, tmp_path, capsys):
+    from megarl.models.shapes import SHAPES
+
+    big = model_config(tmp_path / "qwen3_8b", **SHAPES["qwen3-8b"])  # 8.2B parameters: ~115 GB a checkpoint in bf16
+    make_tokenizer(big)
+    every_step = [*runnable, f"model.path={big}", "trainer.total_training_steps=400", "trainer.save_freq=1",
+                  "trainer.memory_check=false"]
+    assert main(["--dry-run", *every_step], gpu_gib=80.0) == 0
+    warning = capsys.readouterr().err.splitlines()[-1]
+    assert warning.startswith("warning: trainer.save_freq=1 saves 400 checkpoints of about 115 GB each (45.9 TB; "
+                              "trainer.max_ckpt_to_keep unset keeps every one, as in verl), but ")
+    assert "free: set trainer.max_ckpt_to_keep=" in warning or "not even one fits there" in warning
+    assert main(["--dry-run", *runnable, "trainer.total_training_steps=400", "trainer.save_freq=1"]) == 0
+    assert "warning" not in capsys.readouterr().err  # the tiny model's 400 checkpoints fit
