@@ -155,9 +155,9 @@ def read_parquet(path: Path) -> pa.Table:
         raise DataError(f"{path} has no rows")
     try:
         table.validate(full=True)  # text that is not UTF-8 would fail later, naming no file or row
-    except pa.ArrowInvalid:
+    except pa.ArrowInvalid as e:
         _name_undecodable(path, table)
-        raise
+        raise DataError(f"{path} is not a readable parquet file: {e}") from e
     return table
 
 

@@ -109,8 +109,7 @@ def check_resume_layout(cfg: MegaRLConfig, path: Path) -> None:
     """Each trained role of the checkpoint at `path` was saved at this recipe's tensor, pipeline and context-parallel
     sizes: the optimizer state (megatron's dp_reshardable format, megarl/models/checkpoint.py) loads at no others."""
     for role in trained_roles(cfg):
-        meta = path / role / "role.json"
-        saved = json.loads(meta.read_text()).get("layout", {}) if meta.is_file() else {}
+        saved = _saved_layout(path / role / "role.json")
         megatron = getattr(cfg, role).megatron
         differ = {f"{role}.megatron.{key}": (saved[dim], getattr(megatron, key)) for dim, key in MESH_KEYS.items()
                   if saved.get(dim, getattr(megatron, key)) != getattr(megatron, key)}
@@ -123,6 +122,14 @@ def check_resume_layout(cfg: MegaRLConfig, path: Path) -> None:
                 f"{', '.join(f'{k}={old}' for k, (old, _) in differ.items())} to resume, or carry its weights over: "
                 f"`megarl export --checkpoint {path / role} --out HF_DIR`, then model.path=HF_DIR in a new "
                 "trainer.output_dir")
+
+
+def _saved_layout(meta: Path) -> dict[str, int]:
+    """The parallel sizes in a role's role.json; none where it cannot be read (the manifest check names that)."""
+    try:
+        return json.loads(meta.read_text()).get("layout", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
 
 
 def _given_checkpoint(cfg: MegaRLConfig) -> Path:

@@ -6,7 +6,8 @@ checkpoints the run will keep with the free space under `trainer.output_dir`.
 
 A trained role's checkpoint holds its weights in the training dtype and the distributed optimizer's fp32 master
 weights and two Adam moments per trained parameter (megarl/models/checkpoint.py): 16 bytes a parameter in fp32
-training (CPU; measured on the tiny model: 4.4 + 12.8, megatron's metadata included), 14 in bf16 training (GPU).
+training (CPU; measured on the tiny model: 4.4 + 12.8, megatron's metadata included), 14 in bf16 training (GPU;
+derived: the weights take 2 bytes there).
 """
 
 from __future__ import annotations
