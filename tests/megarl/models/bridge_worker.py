@@ -45,8 +45,8 @@ def main():
     parser.add_argument("--te-installed", action="store_true")
     args = parser.parse_args()
     if args.te_installed:
-        for module in list(sys.modules.values()):
-            if getattr(module, "__name__", "").startswith("megarl.") and hasattr(module, "transformer_engine_available"):
+        for name, module in list(sys.modules.items()):
+            if name.startswith("megarl.") and hasattr(module, "transformer_engine_available"):
                 module.transformer_engine_available = lambda: True
     topology.init_distributed(timeout_s=300)
     topology.init_model_parallel(pp=args.pp, seed=0)

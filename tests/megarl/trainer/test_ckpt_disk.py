@@ -27,8 +27,9 @@ def recipe(tmp_path):
 def test_a_checkpoint_holds_weights_and_adam_state_of_every_trained_parameter(recipe):
     grpo = load_config(overrides=recipe)
     parameters = 494_032_768  # Qwen2.5-0.5B, tied embeddings
-    assert checkpoint_bytes(grpo, bf16=True) == parameters * 14 and checkpoint_bytes(grpo, bf16=False) == parameters * 16
-    ppo = load_config(overrides=[*recipe, "algorithm.adv_estimator=gae"])  # and the critic: a value head for the LM head
+    assert checkpoint_bytes(grpo, bf16=True) == parameters * 14
+    assert checkpoint_bytes(grpo, bf16=False) == parameters * 16
+    ppo = load_config(overrides=[*recipe, "algorithm.adv_estimator=gae"])  # the critic too: a value head, no LM head
     assert checkpoint_bytes(ppo, bf16=True) == (2 * parameters + 896) * 14
     lora = load_config(overrides=[*recipe, "actor.lora.rank=8", "actor.megatron.param_offload=false"])
     assert checkpoint_bytes(lora, bf16=True) < parameters * 14 / 50  # the adapters alone
