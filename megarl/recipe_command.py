@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 from megarl.config import ConfigError, RecipeSchema, describe_keys, load_config, save_config
 from megarl.data.dataset import DataError
+from megarl.models.accelerators import transformer_engine_asked, transformer_engine_available
 from parallel.controller import stop_runtime
 from parallel.quiet import accelerators_notice, be_verbose
 
@@ -77,7 +78,8 @@ def run_recipe_command(argv: Sequence[str] | None, schema: RecipeSchema, descrip
               "point it at a writable directory with free space", file=sys.stderr)
         return 2
     if os.environ.get("RANK", "0") == "0":  # once a run: torchrun's other ranks run this too
-        notice = None if args.dry_run else accelerators_notice()
+        notice = None if args.dry_run else accelerators_notice(transformer_engine_available(),
+                                                               transformer_engine_asked(cfg))
         print("\n".join([f"resolved config written to {written}", describe(cfg), *([notice] if notice else [])]))
     if args.dry_run:
         return 0
