@@ -47,6 +47,12 @@ class Calibration:
     # those and the trainer's memory, 0.5-0.9 GiB in six runs (0.2 in the LoRA run). The end of a sync, once the
     # KV cache is back, measured within 0.1 GiB of gen in every run, so it is no generation workspace.
     engine_runtime_gib: float = 0.75
+    # Bytes per response and vocabulary entry of a batch SGLang decodes eagerly, above its CUDA graphs' largest batch
+    # (megarl/plan/phases.py, _eager_decode): its logits, sampling and log-prob tensors. Measured in the one run that
+    # decoded eagerly, Qwen3-0.6B GRPO as written (0.6b-tp2-as-written, 02cc2f5, benchmarks/results/
+    # 2026-11-27-memory.json: 1,024 responses per engine, graphs to batch 64): gen's device-wide peak less the
+    # trainer's reservation was 7.91 GiB above the plan's engine and processes. That run is no check of it.
+    eager_decode_bytes_per_entry: float = 54.6
     # The caching allocator's blocks in an update beyond its live tensors, in blocks the size of the update's largest
     # tensor (the actor's logits; a critic's largest activation). Measured: reservation less the live tensors' peak
     # (memory/update_actor/reserved_gb less allocated_gb) in the updates whose rows sampled both and whose backward

@@ -110,7 +110,7 @@ def _phase(inputs: PlanInputs, name: str, pool: str, roles: tuple[RoleState, ...
 def _gen(inputs: PlanInputs, held: Parts, engine: Engine, pool: str = "trainer") -> PhaseEstimate:
     cal, cfg = inputs.calibration, inputs.cfg
     parts = held + (("engine weights", engine.weights), ("engine KV cache", max(engine.kv_cache, 0)),
-                    ("engine runtime", gib(cal.engine_runtime_gib)))
+                    ("engine runtime", gib(cal.engine_runtime_gib))) + _eager_decode(inputs, engine)
     problem = None
     if engine.free_at_start > 0 and engine.kv_cache_tokens < inputs.sequence_tokens:  # else the bytes do not fit
         leaves = "the trainer leaves" if pool == "trainer" else "its GPU has"
@@ -119,6 +119,23 @@ def _gen(inputs: PlanInputs, held: Parts, engine: Engine, pool: str = "trainer")
                    f"KV-cache tokens beside its weights, fewer than one sequence ({inputs.sequence_tokens})")
     return PhaseEstimate("gen", pool, parts, inputs.gpu_bytes,
                          note=f"KV cache {engine.kv_cache_tokens:,} tokens", problem=problem)
+
+
+def _eager_decode(inputs: PlanInputs, engine: Engine) -> Parts:
+    """SGLang decodes a batch larger than its CUDA graphs (`cuda_graph_max_bs_decode` in rollout.engine_kwargs)
+    eagerly, its [batch × vocabulary] logits, sampling and log-prob tensors in the engine process's own allocator for
+    the generation (batches up to the cap run in the graphs' pool, which the released engine's footprint holds). The
+    batch: the responses of one engine, or as many as the KV cache holds prompts for. Without a cap in the recipe,
+    SGLang sizes its graphs itself and the plan takes them to cover the batch."""
+    cfg, kwargs = inputs.cfg, inputs.cfg.rollout.engine_kwargs
+    cap = 0 if kwargs.get("disable_cuda_graph") else kwargs.get("cuda_graph_max_bs_decode", kwargs.get("cuda_graph_max_bs"))
+    engines = cfg.rollout_world_size // cfg.rollout.tensor_model_parallel_size
+    responses = -(-cfg.data.generation_batch_size * cfg.rollout.n // engines)
+    batch = min(responses, engine.kv_cache_tokens // cfg.data.max_prompt_length)
+    if cap is None or batch <= cap:
+        return ()
+    per_entry = inputs.calibration.eager_decode_bytes_per_entry
+    return (("engine eager decode", round(per_entry * batch * inputs.policy.vocab)),)
 
 
 def _sync(inputs: PlanInputs, base: Parts, roles: tuple[RoleState, ...], engine: Engine | None) -> PhaseEstimate:

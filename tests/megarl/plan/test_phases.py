@@ -220,6 +220,22 @@ def test_processes_of_a_run_on_several_gpus_hold_their_collectives_outside_torch
     assert engines_tp2.part("released engine") == gib(cal.released_engine_gib + cal.engine_collectives_gib)
 
 
+def test_a_decode_batch_above_the_engines_cuda_graphs_runs_eagerly_beside_its_share(inputs_for):
+    """64 prompts × 8 responses in one TP 4 engine: with graphs to batch 64 the 512 responses decode eagerly, their
+    [batch × vocabulary] tensors in the engine's allocator; graphs to 512, or none asked of SGLang, hold them."""
+    capped = inputs_for("rollout.engine_kwargs.cuda_graph_max_bs_decode=64", gpu_gib=80.0)
+    plan = plan_memory(capped)
+    batch = min(64 * 8, plan.kv_cache_tokens // 512)
+    assert batch > 64
+    per_entry = capped.calibration.eager_decode_bytes_per_entry
+    assert plan.phase("gen").part("engine eager decode") == round(per_entry * batch * capped.policy.vocab)
+    assert plan.phase("sync").part("engine eager decode") == 0  # the sync decodes nothing
+    for overrides in (["rollout.engine_kwargs.cuda_graph_max_bs_decode=512"], []):
+        assert plan_memory(inputs_for(*overrides, gpu_gib=80.0)).phase("gen").part("engine eager decode") == 0
+    eager = plan_memory(inputs_for("rollout.engine_kwargs.disable_cuda_graph=true", gpu_gib=80.0)).phase("gen")
+    assert eager.part("engine eager decode") == plan.phase("gen").part("engine eager decode")
+
+
 def test_the_trainer_process_memory_outside_torch_is_in_every_phase_and_not_in_the_engine_share(inputs_for):
     """One GiB more of it raises each trainer phase by that GiB, and gen and a sync that peaks once the KV cache
     resumes by only 1 − fraction of it: the engine's share of free memory shrinks by the rest."""
