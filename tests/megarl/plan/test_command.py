@@ -1,6 +1,7 @@
 """`megarl plan`: the table, the verdicts and the exit codes (0 fits, 1 does not fit, 2 a wrong recipe or option)."""
 
 import json
+import re
 import subprocess
 
 import pytest
@@ -42,6 +43,21 @@ def test_a_shape_that_does_not_fit_names_the_cheapest_change(capsys):
     assert rows(out)["update_actor"][2] == "NO"
     assert "does not fit:\n  - " in out and "update_actor needs" in out
     assert "cheapest change that fits: actor.megatron.optimizer_offload=true" in out
+
+
+def test_host_memory_that_no_change_fits_is_named_with_what_a_node_needs(capsys):
+    # The recipe's optimizer offload needs host memory that this CI machine's 23.5 GiB does not have: the answer is
+    # the node's need and the GPU changes that go with it, not "no change fits".
+    code, out, _ = plan(capsys, "--shape", "qwen3-8b", "--gpu-memory", "24", "--host-memory", "23.5")
+    assert code == 1 and "no change tried fits" not in out
+    need = re.search(r"^host memory is the limit: a node needs ([\d.]+) GiB, more than its 23.5 ", out, re.MULTILINE)
+    changes = re.search(r"^  with (.+) every GPU phase fits$", out, re.MULTILINE)
+    assert need and changes, out
+    code, out, _ = plan(capsys, "--shape", "qwen3-8b", "--gpu-memory", "24", "--host-memory",
+                        f"{float(need.group(1)) + 0.1}", *changes.group(1).split())
+    assert code == 0 and "fits: every phase" in out
+    code, out, _ = plan(capsys, "--shape", "qwen3-8b", "--gpu-memory", "80", "--host-memory", "23.5")
+    assert code == 1 and "\n  every GPU phase fits as the recipe is" in out
 
 
 TIGHT_18_LAYERS = ("--shape", "qwen3-8b", "--layers", "18", "--gpu-memory", "23", "--host-memory", "512",
