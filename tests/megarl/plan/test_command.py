@@ -60,6 +60,15 @@ def test_host_memory_that_no_change_fits_is_named_with_what_a_node_needs(capsys)
     assert code == 1 and "\n  every GPU phase fits as the recipe is" in out
 
 
+def test_the_24_gb_recipe_fits_24_gib_gpus_with_its_host_memory(capsys):
+    recipe = "recipes/qwen3_8b_grpo_gsm8k_4gpu_24gb.yaml"
+    code = main(["plan", "--recipe", recipe, "--shape", "qwen3-8b", "--gpu-memory", "24", "--host-memory", "170"])
+    out = capsys.readouterr().out
+    assert code == 0 and all(row[2] == "yes" for row in rows(out).values()), out  # no update within its error
+    main(["plan", "--recipe", recipe, "--shape", "qwen3-8b", "--gpu-memory", "24", "--host-memory", "23.5"])
+    assert "\n  every GPU phase fits as the recipe is" in capsys.readouterr().out
+
+
 TIGHT_18_LAYERS = ("--shape", "qwen3-8b", "--layers", "18", "--gpu-memory", "23", "--host-memory", "512",
                    "actor.megatron.tensor_model_parallel_size=2", "rollout.tensor_model_parallel_size=2",
                    "trainer.n_gpus_per_node=2", "actor.megatron.optimizer_offload=true",

@@ -48,6 +48,13 @@ def test_a_tight_update_launches_with_a_warning(qwen3_8b_run, capsys):
     assert "memory plan: tight: update_actor" in err and "(megarl plan shows the table)" in err
 
 
+def test_the_24_gb_recipe_passes_its_launch_check_on_24_gib_gpus(qwen3_8b_run, capsys):
+    recipe = ["--recipe", "recipes/qwen3_8b_grpo_gsm8k_4gpu_24gb.yaml"]
+    own = [arg for arg in qwen3_8b_run[2:] if not arg.startswith("actor.megatron.")]  # the recipe's own offloads
+    assert train.main(["--dry-run", *recipe, *own], gpu_gib=24.0) == 0
+    assert "memory plan" not in capsys.readouterr().err  # no update within the plan's error of the GPU's memory
+
+
 def test_memory_check_false_launches_anyway(qwen3_8b_run, capsys):
     assert train.main(["--dry-run", *qwen3_8b_run, "trainer.memory_check=false"], gpu_gib=24.0) == 0
 
