@@ -15,6 +15,7 @@ from megarl.plan.machine import gpu_memory_gib
 from megarl.recipe_command import run_recipe_command
 from megarl.rewards.function import RewardFunctionSpecError, load_reward_function
 from megarl.rewards.scorer import RewardFunctionError
+from megarl.trainer.ckpt_manifest import IncompleteCheckpoint
 from megarl.trainer.health import HealthStop
 from megarl.trainer.recovery import EngineFailure
 from parallel.controller import WorkerError
@@ -63,7 +64,8 @@ def main(argv: Sequence[str] | None = None, gpu_gib: float | None = None) -> int
     return run_recipe_command(argv, RL_RECIPE, "Run an RL recipe. Overrides use dotted keys: "
                               "megarl train --recipe R.yaml rollout.n=8",
                               check=partial(check_runnable, gpu_gib=gpu_gib), describe=describe_placement, run=run,
-                              failures=(WorkerError, RewardFunctionError, HealthStop, EngineFailure))
+                              failures=(WorkerError, RewardFunctionError, HealthStop, EngineFailure,
+                                        IncompleteCheckpoint))
 
 
 if __name__ == "__main__":

@@ -192,14 +192,15 @@ class Checkpointer:
         if self.is_driver:
             _remove(partial)
             partial.mkdir(parents=True)
-        for name, role in self.roles.items():
-            role.save_checkpoint(str(partial / name))  # returns when every rank of the role has written
+        required = [TRAINER_STATE]
+        for name, role in self.roles.items():  # each returns when every rank of the role has written
+            required += [f"{name}/{file}" for file in role.save_checkpoint(str(partial / name))]
         if not self.is_driver:
             return
         state = {"step": step, "rng": driver_rng, **{name: obj.state_dict() for name, obj in self.state.items()}}
         _write_durably(partial / TRAINER_STATE, json.dumps(state))
         manifest_start = time.perf_counter()  # after the roles' barriers: every rank's files are written
-        _write_durably(partial / MANIFEST, build_manifest(partial))
+        _write_durably(partial / MANIFEST, build_manifest(partial, required))
         manifest_s = time.perf_counter() - manifest_start
         replaced = final.with_name(final.name + TRASH)
         if final.exists():  # saved by an earlier run that this one resumed from before this step
