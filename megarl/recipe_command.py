@@ -1,6 +1,6 @@
-"""What `megarl train` and `megarl sft` share: `--recipe R.yaml key.sub=value ...`, `--dry-run`, `--help-keys`,
-the resolved config written before anything runs, and exit codes (2: fix the recipe or the data; 1: the run
-failed)."""
+"""What `megarl train`, `megarl sft` and `megarl rm` share: `--recipe R.yaml key.sub=value ...`, `--dry-run`,
+`--help-keys`, the output directory owned for the run (megarl/run_lock.py) with the resolved config written there
+before anything runs, and exit codes (2: fix the recipe or the data; 1: the run failed)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 from megarl.config import ConfigError, RecipeSchema, describe_keys, load_config, save_config
 from megarl.data.dataset import DataError
+from megarl.run_lock import RunLock
 from parallel.controller import stop_runtime
 from parallel.quiet import accelerators_notice, be_verbose
 
@@ -62,32 +63,56 @@ def run_recipe_command(argv: Sequence[str] | None, schema: RecipeSchema, descrip
     if args.help_keys:
         print(describe_keys(schema))
         return 0
+    cfg, lock = _prepare(args, schema, check, describe)
+    if cfg is None:
+        return 2
+    try:
+        return 0 if args.dry_run else _run(cfg, run, failures, lock)
+    finally:
+        _released(lock)
+
+
+def _prepare(args, schema: RecipeSchema, check: Callable[[Any], None], describe: Callable[[Any], str]):
+    """The config, checked, and the output directory owned (by the process that speaks for the run) with the
+    config written there; (None, None) after printing why not."""
+    cfg = lock = None
     try:
         cfg = load_config(args.recipe, args.overrides, schema)
         check(cfg)
+        if not _speaks_for_run():  # torchrun's other ranks: rank 0 owns the directory and writes it
+            return cfg, None
+        lock = RunLock(cfg.trainer.output_dir)
         written = save_config(cfg, cfg.trainer.output_dir)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return None, _released(lock)
     except OSError as e:
         print(f"error: trainer.output_dir={cfg.trainer.output_dir} cannot be written ({e.strerror}: {e.filename}): "
               "point it at a writable directory with free space", file=sys.stderr)
-        return 2
-    if os.environ.get("RANK", "0") == "0":  # once a run: torchrun's other ranks run this too
-        notice = None if args.dry_run else accelerators_notice()
-        print("\n".join([f"resolved config written to {written}", describe(cfg), *([notice] if notice else [])]))
-    if args.dry_run:
-        return 0
-    return _run(cfg, run, failures)
+        return None, _released(lock)
+    notice = None if args.dry_run else accelerators_notice()
+    print("\n".join([f"resolved config written to {written}", describe(cfg), *([notice] if notice else [])]))
+    return cfg, lock
 
 
-def _run(cfg, run: Callable[[Any], None], failures: tuple[type[Exception], ...]) -> int:
+def _released(lock: RunLock | None) -> None:
+    if lock is not None:
+        lock.release()
+
+
+def _speaks_for_run() -> bool:
+    """The Ray driver, or rank 0 under torchrun (whose every rank runs this)."""
+    return os.environ.get("RANK", "0") == "0"
+
+
+def _run(cfg, run: Callable[[Any], None], failures: tuple[type[Exception], ...], lock: RunLock | None) -> int:
     try:
         with _stop_on_sigterm():
             run(cfg)
     except Stopped as e:
-        if os.environ.get("RANK", "0") == "0":  # torchrun signals every rank: one line for the run
+        if _speaks_for_run():  # torchrun signals every rank: one line for the run
             _fail(f"{e}; starting the same command again resumes from the last checkpoint (trainer.resume_mode=auto)")
+        _released(lock)
         sys.stdout.flush()
         # The workers are shut down and the outputs closed; interpreter teardown after a signal that Ray's C++
         # handler also saw ends in abort() (exit 134), so leave now with the shell's code for SIGTERM.

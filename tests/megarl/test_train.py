@@ -1,9 +1,12 @@
 import json
+import os
+import socket
 
 import datasets
 import pytest
 
 from megarl.config import load_config
+from megarl.run_lock import LOCK_NAME, RunLock
 from megarl.train import main
 
 
@@ -93,3 +96,15 @@ def test_an_output_dir_that_cannot_be_written_is_one_line(runnable, tmp_path, ca
     assert main(["--dry-run", *runnable, f"trainer.output_dir={blocker / 'run'}"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: trainer.output_dir={blocker / 'run'} cannot be written") and err.count("\n") == 1
+
+
+def test_an_output_dir_another_run_holds_is_refused_in_one_line_naming_it(runnable, tmp_path, capsys):
+    holder = RunLock(tmp_path / "run")  # as a run started before holds it
+    assert main(["--dry-run", *runnable]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: trainer.output_dir={tmp_path / 'run'} is in use by another run (host "
+                          f"{socket.gethostname()}, pid {os.getpid()}, since ") and err.count("\n") == 1
+    assert not (tmp_path / "run" / "config.yaml").exists()  # the running run's config stays its own
+    holder.release()
+    assert main(["--dry-run", *runnable]) == 0
+    assert not (tmp_path / "run" / LOCK_NAME).exists()  # released at the end

@@ -156,6 +156,8 @@ def test_a_killed_run_resumes_to_the_same_metrics(setup, reward, tmp_path, case)
 
     log = run(command(setup, interrupted, case, reward), tmp_path / "resumed.log")
     assert f"resumed from {saved / 'global_step_2'} (step 2)" in log
+    # The killed run's rank 0 held the output directory: the kernel released its lock, its lock file says whose it was
+    assert f"note: taking trainer.output_dir={interrupted} over from a run that ended without releasing it" in log
     assert "FutureWarning" not in log, log[-6000:]
     expected = step_metrics(whole, 3)
     assert expected["actor/grad_norm"] > 1e-3  # the policy really moves: equal metrics would prove little otherwise
