@@ -12,6 +12,7 @@ from megarl.config import SFT_RECIPE, check_inputs_exist
 from megarl.config.sft_schema import SFTConfig
 from megarl.data.sft_dataset import check_sft_columns
 from megarl.recipe_command import run_recipe_command
+from megarl.trainer.scaffold import saved_at_end
 from parallel.controller import WorkerError, resolve_launcher
 
 
@@ -34,7 +35,7 @@ def run(cfg: SFTConfig) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     return run_recipe_command(argv, SFT_RECIPE, "Supervised fine-tuning before RL. Overrides use dotted keys: "
                               "megarl sft --recipe R.yaml optim.lr=2e-5", check=check_runnable, describe=describe,
-                              run=run, failures=(WorkerError,))
+                              run=run, failures=(WorkerError,), saved=saved_at_end)
 
 
 if __name__ == "__main__":

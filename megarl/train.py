@@ -59,13 +59,19 @@ def run(cfg: MegaRLConfig) -> None:
     train(cfg)
 
 
+def saved(cfg: MegaRLConfig) -> str:
+    from megarl.trainer.checkpoint import saved_for_resume
+
+    return saved_for_resume(cfg)
+
+
 def main(argv: Sequence[str] | None = None, gpu_gib: float | None = None) -> int:
     """`gpu_gib`: one GPU's memory for the memory check (None: nvidia-smi's answer; no check without GPUs)."""
     return run_recipe_command(argv, RL_RECIPE, "Run an RL recipe. Overrides use dotted keys: "
                               "megarl train --recipe R.yaml rollout.n=8",
                               check=partial(check_runnable, gpu_gib=gpu_gib), describe=describe_placement, run=run,
                               failures=(WorkerError, RewardFunctionError, HealthStop, EngineFailure,
-                                        IncompleteCheckpoint))
+                                        IncompleteCheckpoint), saved=saved)
 
 
 if __name__ == "__main__":

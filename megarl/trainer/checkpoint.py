@@ -145,6 +145,18 @@ def _damage(path: Path) -> str | None:
     return None
 
 
+def saved_for_resume(cfg: MegaRLConfig) -> str:
+    """What a run stopped now leaves to resume from, and how (the end of its last line)."""
+    root = checkpoints_root(cfg)
+    steps = complete_steps(root)
+    if not steps:
+        return (f"no checkpoint was saved yet (trainer.save_freq={cfg.trainer.save_freq}): starting the same command "
+                "again starts afresh")
+    how = ("starting the same command again resumes from it" if cfg.trainer.resume_mode == "auto" else
+           "the same command with trainer.resume_mode=auto resumes from it")
+    return f"the last checkpoint is {step_dir(root, steps[-1])}: {how}"
+
+
 def saved_step(path: Path) -> int:
     """The step the (verified) checkpoint at `path` was saved after."""
     return json.loads((path / TRAINER_STATE).read_text())["step"]
