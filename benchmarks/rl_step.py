@@ -135,31 +135,17 @@ def prompt_ids(cfg, model: Path, train: Path, prompts: int) -> list[list[int]]:
     return [list(dataset[i]["prompt_ids"]) for i in range(prompts)]
 
 
-def standalone_sglang(cfg, model: Path, prompts: list[list[int]]) -> dict:
+def standalone_sglang(cfg, model: Path, prompts: list[list[int]], variants: dict | None = None) -> dict[str, dict]:
     """SGLang alone on one engine over the run's GPUs: rollout.n samples of each prompt to data.max_response_length
-    tokens, timed after a warm-up round."""
+    tokens, in timed rounds of each variant (standalone.py; by default plain requests, and requests as the colocated
+    step asks them: log-probs back, the prefix cache flushed before each round)."""
+    from standalone import AS_COLOCATED, PLAIN, timed_rounds
+
     requests = [p for p in prompts for _ in range(cfg.rollout.n)]
     sampling = {"temperature": cfg.rollout.temperature, "max_new_tokens": cfg.data.max_response_length}
-    return timed_generation(str(model), requests, sampling, cfg.rollout.tensor_model_parallel_size,
-                            cfg.rollout.gpu_memory_utilization, ENGINE)
-
-
-def timed_generation(model: str, requests: list[list[int]], sampling: dict, tp: int, share: float,
-                     engine: dict) -> dict:
-    """One SGLang engine (`engine`: its arguments) generates for `requests` twice; the second round's figures."""
-    import sglang
-
-    llm = sglang.Engine(model_path=model, tp_size=tp, mem_fraction_static=share, skip_tokenizer_init=True,
-                        dtype="bfloat16", log_level="error", **engine)
-    try:
-        llm.generate(input_ids=requests, sampling_params=sampling)  # warm-up: kernels, CUDA graphs
-        start = time.perf_counter()
-        outputs = llm.generate(input_ids=requests, sampling_params=sampling)
-        seconds = time.perf_counter() - start
-    finally:
-        llm.shutdown()
-    generated = sum(o["meta_info"]["completion_tokens"] for o in outputs)
-    return {"gen_s": seconds, "gen_tokens": generated, "gen_tokens_per_s": generated / seconds}
+    variants = variants or {"standalone_sglang": PLAIN, "standalone_sglang_as_colocated": AS_COLOCATED}
+    return timed_rounds(str(model), requests, sampling, cfg.rollout.tensor_model_parallel_size,
+                        cfg.rollout.gpu_memory_utilization, ENGINE, variants)
 
 
 def hf_transformers(cfg, model: Path, prompts: list[list[int]]) -> dict:
@@ -179,8 +165,10 @@ def baselines(cfg, model: Path, train: Path, row: dict, hf_loop: bool = True) ->
     prompts = prompt_ids(cfg, model, train, cfg.data.train_batch_size)
     row["baseline"] = {}
     if torch.cuda.is_available():
-        sglang_row = row["baseline"]["standalone_sglang"] = standalone_sglang(cfg, model, prompts)
-        row["gen_vs_standalone"] = row["gen_tokens_per_s"] / sglang_row["gen_tokens_per_s"]
+        for name, variant in standalone_sglang(cfg, model, prompts).items():
+            row["baseline"][name] = variant
+            row[name.replace("standalone_sglang", "gen_vs_standalone")] = (row["gen_tokens_per_s"]
+                                                                           / variant["gen_tokens_per_s"])
     if not hf_loop:
         return
     hf_row = row["baseline"]["hf_transformers"] = hf_transformers(cfg, model, prompts)
@@ -197,10 +185,20 @@ def summary(cfg, hf_config, metrics: list[dict], peak: float | None) -> dict:
         name: {"s": statistics.median([s[key] for s in steps])} for key in steps[0] if key.startswith("timing_s/")
         for name in [key.split("/", 1)[1]]}
     return {"steps_measured": len(steps), "step_s_median": statistics.median([s["timing_s/step"] for s in steps]),
+            "per_step": per_step(steps, cfg.data.train_batch_size * cfg.rollout.n),
             "tokens_per_s_per_gpu": statistics.median([s["perf/throughput"] for s in steps]), "phases": phases,
             "mfu": {name: phase["mfu"] for name, phase in phases.items() if "mfu" in phase},
             "gen_tokens_per_s": responses / gen_s,
             "logprob_mult_error": [s.get("rollout/logprob_mult_error") for s in steps]}
+
+
+def per_step(steps: list[dict], responses: int) -> dict[str, list[float]]:
+    """Every measured step's phase times and generation speed (`responses` per step), in step order: the spread the
+    medians hide."""
+    keys = [key for key in steps[0] if key.startswith("timing_s/") and all(key in s for s in steps)]
+    return {"step": [s["step"] for s in steps], "timing_s": {key.split("/", 1)[1]: [s[key] for s in steps]
+                                                             for key in keys},
+            "gen_tokens_per_s": [s["response_length/mean"] * responses / s["timing_s/gen"] for s in steps]}
 
 
 def recipe_run_parser(doc: str, steps: int, work: str) -> argparse.ArgumentParser:

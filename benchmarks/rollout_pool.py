@@ -99,6 +99,7 @@ def main() -> int:
 
     from rl_memory import append_row
     from rl_step import overrides, prepare, prompt_ids, standalone_sglang
+    from standalone import PLAIN
 
     from megarl.config import load_config
 
@@ -116,7 +117,7 @@ def main() -> int:
     gen_s = None
     if torch.cuda.is_available():  # the engine alone, on the rollout half's GPUs
         prompts = prompt_ids(ahead_cfg, model, train, ahead_cfg.data.train_batch_size)
-        gen_s = standalone_sglang(ahead_cfg, model, prompts)["gen_s"]
+        gen_s = standalone_sglang(ahead_cfg, model, prompts, {"plain": PLAIN})["plain"]["gen_s"]
     row = {"date": datetime.date.today().isoformat(), "commit": os.environ.get("MEGARL_COMMIT", "unknown"),
            "machine": os.environ.get("MEGARL_MACHINE", "unknown"), "what": "rollout-pool", "recipe": str(args.recipe),
            "command": "python benchmarks/rollout_pool.py " + " ".join(sys.argv[1:]), "model_shape": args.shape,

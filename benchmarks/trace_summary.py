@@ -14,6 +14,9 @@ is called.
 `--launchers` prints, for the longest kernels of the whole trace, the host ops that launched them (the innermost few,
 by kernel time): which line of the model a slow elementwise or copy kernel comes from.
 
+`--whole` summarises the whole trace as one call, `trace.all`: for a trace without role calls, such as that of an
+SGLang scheduler (`step_k/engine-TP-0.trace.json.gz`).
+
 `--gaps` prints, per role call, how long the GPU sat idle inside it (before its first kernel, between kernels, after
 its last) and what the host was running in the middle of each idle stretch (the innermost few ops), by total time:
 the host work a faster GPU would still wait for.
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import gzip
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -33,14 +37,21 @@ SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize
 COPIES = ("cudaMemcpyAsync", "cudaMemcpy")
 
 
-def load(path: Path) -> list[dict]:
-    return [e for e in json.loads(path.read_text())["traceEvents"] if e.get("ph") == "X"]
+def load(path: Path, whole: bool = False) -> list[dict]:
+    """The trace's complete events (a .gz too: SGLang's); with `whole`, one range over all of them, named as a role
+    call (`trace.all`): for a process without role calls, such as an engine's scheduler."""
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    events = [e for e in json.loads(text)["traceEvents"] if e.get("ph") == "X"]
+    if whole and events:
+        start, end = min(e["ts"] for e in events), max(e["ts"] + e["dur"] for e in events)
+        events.append({"ph": "X", "cat": "user_annotation", "name": "trace.all", "ts": start, "dur": end - start})
+    return events
 
 
 def role_calls(events: list[dict]) -> list[dict]:
     return sorted((e for e in events if e.get("cat") == "user_annotation" and "." in e.get("name", "")
-                   and e["name"].split(".")[0] in ("actor", "critic", "reference", "rollout", "reward_model")),
-                  key=lambda e: e["ts"])
+                   and e["name"].split(".")[0] in ("actor", "critic", "reference", "rollout", "reward_model",
+                                                   "trace")), key=lambda e: e["ts"])
 
 
 def summarise(events: list[dict], top: int) -> list[dict]:
@@ -201,8 +212,9 @@ def main() -> int:
     parser.add_argument("--callers", action="append", default=[], help="a CPU op whose enclosing ops to print")
     parser.add_argument("--gaps", action="store_true", help="where the GPU sat idle, and the host ops then")
     parser.add_argument("--launchers", action="store_true", help="the host ops that launched the longest kernels")
+    parser.add_argument("--whole", action="store_true", help="the whole trace as one call (an engine's scheduler)")
     args = parser.parse_args()
-    events = load(args.trace)
+    events = load(args.trace, args.whole)
     summary = summarise(events, args.top)
     for call in summary:
         print(f"{call['call']:<28} wall {call['wall_ms']:>9.1f} ms  kernels {call['kernel_ms']:>9.1f} ms  "

@@ -1,4 +1,4 @@
-"""The `megarl` command: train, sft, rm, preprocess, check-model, export."""
+"""The `megarl` command: train, sft, rm, preprocess, check-model, export, convert, ..."""
 
 from __future__ import annotations
 
@@ -56,6 +56,7 @@ COMMANDS = {
     "check-model": ("megarl.models.check", "load a HF checkpoint in a parallel layout and compare with HF"),
     "export": ("megarl.models.export", "turn a megarl model checkpoint into a HF checkpoint"),
     "init-model": ("megarl.models.init_model", "write a random-weight HF checkpoint of a recipe's model shape"),
+    "convert": ("megarl.convert.command", "turn a verl launch script (or its overrides) into a megarl recipe"),
     "plan": ("megarl.plan.command", "predict a recipe's GPU and host memory per phase; what to change if it does not fit"),
     "view": ("megarl.view.command", "a run's curves, samples and validations in the browser (one offline page)"),
 }

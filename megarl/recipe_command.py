@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 
 from megarl.config import ConfigError, RecipeSchema, describe_keys, load_config, save_config
 from megarl.data.dataset import DataError
+from megarl.models.accelerators import transformer_engine_asked, transformer_engine_available
 from megarl.run_lock import RunLock
 from parallel.controller import stop_runtime
 from parallel.quiet import accelerators_notice, be_verbose
@@ -105,8 +106,11 @@ def _prepare(args, schema: RecipeSchema, check: Callable[[Any], None], describe:
     """The config, checked, and the output directory owned (by the process that speaks for the run) with the
     config written there; (None, None) after printing why not."""
     cfg = lock = None
+    notes: list[str] = []
     try:
-        cfg = load_config(args.recipe, args.overrides, schema)
+        cfg = load_config(args.recipe, args.overrides, schema, notes)
+        if notes and _speaks_for_run():
+            print("\n".join(notes), file=sys.stderr)
         check(cfg)
         if not _speaks_for_run():  # torchrun's other ranks: rank 0 owns the directory and writes it
             return cfg, None
@@ -119,7 +123,8 @@ def _prepare(args, schema: RecipeSchema, check: Callable[[Any], None], describe:
         print(f"error: trainer.output_dir={cfg.trainer.output_dir} cannot be written ({e.strerror}: {e.filename}): "
               "point it at a writable directory with free space", file=sys.stderr)
         return None, _released(lock)
-    notice = None if args.dry_run else accelerators_notice()
+    notice = None if args.dry_run else accelerators_notice(transformer_engine_available(),
+                                                           transformer_engine_asked(cfg))
     print("\n".join([f"resolved config written to {written}", describe(cfg), *([notice] if notice else [])]))
     return cfg, lock
 

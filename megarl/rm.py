@@ -11,6 +11,7 @@ from typing import Sequence
 from megarl.config import RM_RECIPE, check_inputs_exist
 from megarl.config.rm_schema import RMConfig
 from megarl.data.ranking_dataset import RankingColumns, check_ranking_file
+from megarl.models.tokenizer import load_tokenizer
 from megarl.recipe_command import run_recipe_command
 from megarl.trainer.scaffold import saved_at_end
 from parallel.controller import WorkerError, resolve_launcher
@@ -19,6 +20,7 @@ from parallel.controller import WorkerError, resolve_launcher
 def check_runnable(cfg: RMConfig) -> None:
     check_inputs_exist([("model.path", cfg.model.path)], cfg.data.train_files, cfg.data.val_files,
                        partial(check_ranking_file, columns=RankingColumns.of(cfg.data)))
+    load_tokenizer(cfg.model)
 
 
 def describe(cfg: RMConfig) -> str:

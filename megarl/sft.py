@@ -11,6 +11,7 @@ from typing import Sequence
 from megarl.config import SFT_RECIPE, check_inputs_exist
 from megarl.config.sft_schema import SFTConfig
 from megarl.data.sft_dataset import check_sft_columns
+from megarl.models.tokenizer import load_tokenizer
 from megarl.recipe_command import run_recipe_command
 from megarl.trainer.scaffold import saved_at_end
 from parallel.controller import WorkerError, resolve_launcher
@@ -19,6 +20,7 @@ from parallel.controller import WorkerError, resolve_launcher
 def check_runnable(cfg: SFTConfig) -> None:
     check_inputs_exist([("model.path", cfg.model.path)], cfg.data.train_files, cfg.data.val_files,
                        partial(check_sft_columns, prompt_key=cfg.data.prompt_key, response_key=cfg.data.response_key))
+    load_tokenizer(cfg.model)
 
 
 def describe(cfg: SFTConfig) -> str:

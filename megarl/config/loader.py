@@ -13,11 +13,12 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from megarl.config.schema import MegaRLConfig
-from megarl.config.verl_keys import translate_verl_key
+from megarl.config.verl_keys import Port, port_verl_key
 
 RESOLVED_CONFIG_NAME = "config.yaml"
 
@@ -51,13 +52,22 @@ def _schema_keys(node: DictConfig, prefix: str = "") -> dict[str, str]:
 
 class RecipeSchema:
     """What one recipe command loads: its root dataclass (every default), the checks run on a loaded config,
-    the megarl name of a verl key (None when verl has no such key) and the command, named in messages."""
+    where a verl key goes (megarl.config.verl_keys; None for a key verl spells as megarl does) and the command,
+    named in messages."""
 
-    def __init__(self, root: type, validate: Callable[[Any], None], translate_verl_key: Callable[[str], str | None],
+    def __init__(self, root: type, validate: Callable[[Any], None], port_verl_key: Callable[[str], Port | None],
                  command: str):
-        self.root, self.validate, self.translate_verl_key, self.command = root, validate, translate_verl_key, command
+        self.root, self.validate, self.port_verl_key, self.command = root, validate, port_verl_key, command
         self.defaults = OmegaConf.structured(root)
         self.keys = _schema_keys(self.defaults)
+
+    def open_parent(self, key: str) -> str | None:
+        """The free-form dict (e.g. rollout.engine_kwargs) that `key` is an entry of, if any."""
+        return next((p for p in _prefixes(key) if self.keys.get(p) == "open"), None)
+
+    def accepts(self, key: str) -> bool:
+        """Whether `key` can be set: a value, list or free-form dict of the schema, or an entry of such a dict."""
+        return self.keys.get(key, "section") != "section" or self.open_parent(key) is not None
 
 
 def _validate_rl(config: MegaRLConfig) -> None:
@@ -66,13 +76,21 @@ def _validate_rl(config: MegaRLConfig) -> None:
     validate_config(config)
 
 
-RL_RECIPE = RecipeSchema(MegaRLConfig, _validate_rl, translate_verl_key, "megarl train")
+RL_RECIPE = RecipeSchema(MegaRLConfig, _validate_rl, port_verl_key, "megarl train")
 
 
 def _suggest(key: str, schema: RecipeSchema) -> str:
-    verl = schema.translate_verl_key(key)
-    if verl is not None:
-        return f" That is verl's name; in megarl it is {verl}."
+    port = schema.port_verl_key(key)
+    if port is not None and port.key is None:
+        return f" That is verl's name; megarl has no counterpart: {port.note}."
+    if port is not None and schema.accepts(port.key):
+        return f" That is verl's name; in megarl it is {port.key}" + (f" ({port.note})." if port.note else ".")
+    if port is not None:  # a verl key whose megarl spelling megarl does not have
+        return f" That is verl's name; megarl has no {port.key}.{_close_matches(port.key, schema)}"
+    return _close_matches(key, schema)
+
+
+def _close_matches(key: str, schema: RecipeSchema) -> str:
     leaves = [k for k, kind in schema.keys.items() if kind != "section"]
     close = difflib.get_close_matches(key, leaves, n=3, cutoff=0.75)
     if not close:  # the right name in the wrong section, e.g. data.ppo_mini_batch_size
@@ -96,8 +114,7 @@ def _check_keys(tree: dict, origin: str, schema: RecipeSchema) -> dict:
     problems, checked = [], {}
     for key, value in _flatten(tree, schema.keys):
         kind = schema.keys.get(key)
-        parent = next((p for p in _prefixes(key) if schema.keys.get(p) == "open"), None)
-        if kind is None and parent is None:
+        if kind is None and schema.open_parent(key) is None:
             problems.append(f"{origin}: unknown key {key!r}.{_suggest(key, schema)}")
             continue
         if kind == "section":
@@ -116,15 +133,32 @@ def _prefixes(key: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
-def _parse_overrides(overrides: Sequence[str]) -> dict:
+def parse_value(raw: str) -> Any:
+    """An override's value as Hydra and OmegaConf read it: numbers, booleans, null, [lists], quoted strings."""
+    try:
+        return OmegaConf.to_container(OmegaConf.from_dotlist([f"v={raw}"]))["v"]
+    except (yaml.YAMLError, OmegaConfBaseException) as e:
+        problem = str(e).splitlines()[0]
+        raise ConfigError(f"the value {raw!r} is not one YAML value ({problem}): quote it") from None
+
+
+def _parse_overrides(overrides: Sequence[str]) -> tuple[dict, list[str]]:
+    """{key: value} of `key.sub=value` overrides, and those written with Hydra's `+`/`++` (read as the key)."""
     tree: dict = {}
+    hydra_plus = []
     for override in overrides:
         key, sep, raw = override.partition("=")
-        if not sep or not key or key.startswith(("+", "~")):
+        key = key.strip()
+        bare = key[2:] if key.startswith("++") else key[1:] if key.startswith("+") else key
+        if not sep or not bare or bare.startswith(("+", "~")) or key.startswith("~"):
             raise ConfigError(f"override {override!r}: write it as key.sub=value (e.g. rollout.n=8)")
-        value = OmegaConf.to_container(OmegaConf.from_dotlist([f"v={raw}"]))["v"]
-        tree[key.strip()] = value
-    return tree
+        if bare != key:
+            hydra_plus.append(key)
+        try:
+            tree[bare] = parse_value(raw)
+        except ConfigError as e:
+            raise ConfigError(f"override {override!r}: {e}") from None
+    return tree, hydra_plus
 
 
 def _nest(flat: dict) -> dict:
@@ -156,14 +190,19 @@ def _read_recipe(path: str | Path) -> dict:
 
 
 def load_config(recipe: str | Path | None = None, overrides: Sequence[str] = (),
-                schema: RecipeSchema = RL_RECIPE) -> Any:
+                schema: RecipeSchema = RL_RECIPE, notes: list[str] | None = None) -> Any:
     """Schema defaults ← recipe YAML ← overrides, type-checked, interpolations resolved, then validated; an
-    instance of `schema.root` (MegaRLConfig for RL recipes)."""
+    instance of `schema.root` (MegaRLConfig for RL recipes). `notes` receives what a person should know of how the
+    overrides were read (Hydra's `+key=` read as `key=`)."""
     layers = []
     if recipe is not None:
         layers.append(_check_keys(_read_recipe(recipe), f"recipe {recipe}", schema))
     if overrides:
-        layers.append(_check_keys(_parse_overrides(overrides), "override", schema))
+        tree, hydra_plus = _parse_overrides(overrides)
+        layers.append(_check_keys(tree, "override", schema))
+        if hydra_plus and notes is not None:
+            notes.append(f"note: read {', '.join(hydra_plus)} as megarl's "
+                         f"{', '.join(k.lstrip('+') for k in hydra_plus)} (megarl needs no Hydra +/++)")
     try:
         merged = OmegaConf.merge(schema.defaults, *(_nest(layer) for layer in layers))
         config = OmegaConf.to_object(merged)

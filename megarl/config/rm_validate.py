@@ -3,7 +3,10 @@ reward-model recipe schema that `load_config` loads with them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from megarl.config.loader import ConfigError, RecipeSchema
+from megarl.config.ranges import check_optim
 from megarl.config.rm_schema import RMConfig
 from megarl.config.validate import (
     LR_DECAY_STYLES,
@@ -15,7 +18,7 @@ from megarl.config.validate import (
     run_sizes,
 )
 from megarl.config.sft_validate import check_trainer_batches, check_trainer_model
-from megarl.config.verl_keys import translate_verl_sft_key
+from megarl.config.verl_keys import Port, port_verl_sft_key
 
 
 def validate_rm_config(cfg: RMConfig) -> None:
@@ -31,8 +34,7 @@ def validate_rm_config(cfg: RMConfig) -> None:
 def _check_choices(cfg: RMConfig, problems: list[str]) -> None:
     check_choice(problems, "optim.lr_decay_style", cfg.optim.lr_decay_style, LR_DECAY_STYLES)
     check_megatron_choices(problems, "critic.megatron", cfg.critic.megatron)
-    if len(cfg.optim.betas) != 2:
-        problems.append(f"optim.betas={cfg.optim.betas} must be two numbers, e.g. [0.9, 0.95]")
+    check_optim(problems, "optim", cfg.optim)
     check_run_choices(problems, cfg.trainer)
     for key in ("prompt_key", "responses_key", "chosen_key", "rejected_key"):
         if not getattr(cfg.data, key):
@@ -57,11 +59,13 @@ def _check_sizes(cfg: RMConfig, problems: list[str]) -> bool:
     return check_positive(problems, positive)
 
 
-def translate_verl_rm_key(key: str) -> str | None:
+def port_verl_rm_key(key: str) -> Port | None:
     """verl has no reward-model trainer: its SFT trainer's keys port as they do to `megarl sft`, the mesh going
     to the critic's section."""
-    translated = translate_verl_sft_key(key)
-    return translated.replace("actor.megatron.", "critic.megatron.") if translated else None
+    port = port_verl_sft_key(key)
+    if port is None or port.key is None:
+        return port
+    return replace(port, key=port.key.replace("actor.megatron.", "critic.megatron."))
 
 
-RM_RECIPE = RecipeSchema(RMConfig, validate_rm_config, translate_verl_rm_key, "megarl rm")
+RM_RECIPE = RecipeSchema(RMConfig, validate_rm_config, port_verl_rm_key, "megarl rm")

@@ -1,117 +1,422 @@
-"""verl's recipe keys and their megarl names, so an error can say exactly how to port a verl command line.
+"""Where each verl recipe key goes in a megarl recipe: the one table that the error hints of `megarl train`
+(`sft`, `rm`), `megarl convert` and docs/verl-keys.md (its tables are generated from here) all read.
 
-Most verl keys port by dropping the `actor_rollout_ref.` level; the renames below are the exceptions. verl's
-SFT trainer has keys of its own (`megarl sft` recipes), mostly spelled the same in megarl; its renames are a
-table of their own. docs/verl-keys.md is the readable version of these tables.
+Most verl keys port by dropping the `actor_rollout_ref.` level (VERL_PREFIXES). VERL_KEYS holds the exceptions:
+renamed keys, values whose meaning changes (a global micro-batch becomes a per-GPU one), FSDP settings and their
+megatron counterparts, and keys megarl has no counterpart for, with the reason. VERL_DEFAULTS are verl's defaults
+where megarl's differ, so that a converted recipe means what the verl run meant. verl's SFT trainer has tables of
+its own (`megarl sft` recipes).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+from typing import Any, Callable, Mapping
+
+from megarl.config.lora_checks import HF_TARGETS
+from megarl.config.schema import LORA_TARGETS
+
+
+class NotCarried(Exception):
+    """A verl value megarl has no counterpart for; the message says why."""
+
+
+OMIT = object()  # a converted value that needs no line: megarl already behaves so
+_ANY = object()
+
+
+@dataclass(frozen=True)
+class VerlRun:
+    """What one verl launch sets: its overrides (verl key → value) and whether it runs verl's megatron config
+    (`--config-name=ppo_megatron_trainer`) rather than the FSDP one."""
+
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    megatron: bool = False
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = self.overrides.get(key)
+        return default if value is None else value
+
+    def data_parallel_size(self, role: str) -> int:
+        """verl's data-parallel size of `role` (`actor_rollout_ref.actor` or `critic`), by verl's defaults."""
+        world = self.get("trainer.nnodes", 1) * self.get("trainer.n_gpus_per_node", 8)
+        if self.megatron:
+            split = prod(self.get(f"{role}.megatron.{n}", 1) for n in MESH)
+        else:
+            split = self.get(f"{role}.ulysses_sequence_parallel_size",
+                             self.get(f"{role}.fsdp_config.ulysses_sequence_parallel_size", 1))
+        return max(world // max(split, 1), 1)
+
+    @property
+    def lora(self) -> bool:
+        return bool(self.get("actor_rollout_ref.model.lora_rank", self.get("actor_rollout_ref.model.lora.rank", 0)))
+
+
+Convert = Callable[[Any, VerlRun], Any]
+
+
+@dataclass(frozen=True)
+class Port:
+    """Where one verl key goes: `key` in megarl (None: nowhere); `note`: how its value's meaning changes, or why it
+    does not carry over; `convert`: verl's value → megarl's (OMIT: no line; NotCarried: nothing equivalent);
+    `same_as`: for a key with no counterpart, the value megarl always behaves as (that value is no loss)."""
+
+    key: str | None
+    note: str = ""
+    convert: Convert | None = None
+    same_as: Any = _ANY
+
+    def value(self, verl_value: Any, run: VerlRun) -> Any:
+        if self.key is None:
+            if self.same_as is not _ANY and verl_value == self.same_as:
+                return OMIT
+            raise NotCarried(self.note)
+        return verl_value if self.convert is None else self.convert(verl_value, run)
+
+
+def to(key: str, note: str = "", convert: Convert | None = None) -> Port:
+    return Port(key, note, convert)
+
+
+def dropped(why: str, same_as: Any = _ANY) -> Port:
+    return Port(None, why, same_as=same_as)
+
+
+MESH = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
+
+
+def _per_gpu(role: str) -> Convert:
+    """verl's deprecated global micro-batch (samples over all data-parallel ranks) → samples per rank."""
+    return lambda value, run: OMIT if value is None else max(value // run.data_parallel_size(role), 1)
+
+
+def _recompute(value: bool, run: VerlRun) -> str | None:
+    if run.megatron:
+        raise NotCarried("verl's megatron workers ignore it; megatron recomputes by "
+                         "megatron.override_transformer_config.recompute_granularity")
+    return "full" if value else None
+
+
+def _sglang(value: str, run: VerlRun) -> str:
+    return value if value in ("sglang", "transformers") else "sglang"
+
+
+def _reward_function(path: str | None, run: VerlRun) -> Any:
+    return OMIT if path is None else f"{path}:{run.get('custom_reward_function.name', 'compute_score')}"
+
+
+def _reward_function_name(name: str, run: VerlRun) -> Any:
+    if run.get("custom_reward_function.path") is None:
+        raise NotCarried("verl reads it only with custom_reward_function.path")
+    return OMIT  # joined into reward.function with the path
+
+
+def _warmup_steps(role: str) -> Convert:
+    def convert(ratio: float, run: VerlRun) -> Any:
+        if not ratio or run.get(f"{role}.optim.lr_warmup_steps", -1) >= 0:
+            return OMIT  # none, or verl's lr_warmup_steps wins over the ratio
+        steps = run.get("trainer.total_training_steps")
+        if steps is None:
+            raise NotCarried("megarl counts warmup in steps (optim.lr_warmup_steps): ratio × the run's total steps, "
+                             "which the data's size decides; set the step count")
+        return round(ratio * steps)
+    return convert
+
+
+def _steps_unless_negative(value: int, run: VerlRun) -> Any:
+    return OMIT if value is None or value < 0 else value  # verl's -1: take lr_warmup_steps_ratio
+
+
+def _omit(value: Any, run: VerlRun) -> Any:
+    return OMIT
+
+
+def _lora_targets(value: str | list[str], run: VerlRun) -> list[str]:
+    """verl's HF projection names (or all-linear) → the megatron layers that hold them."""
+    names = [value] if isinstance(value, str) else list(value)
+    layers = [layer for name in names
+              for layer in (LORA_TARGETS if name == "all-linear" else [HF_TARGETS.get(name, name)])]
+    return list(dict.fromkeys(layers))
+
+
+def _actor_offload(value: bool, run: VerlRun) -> Any:
+    if value and run.lora:
+        raise NotCarried("megarl does not offload a LoRA actor's frozen base weights (they are not in megatron's "
+                         "parameter buffers)")
+    return value
+
+
+def _ref_offload(value: bool, run: VerlRun) -> Any:
+    if run.lora:  # a LoRA actor is its own reference: its weights without the adapters
+        return OMIT
+    return value
+
+
+def _as_actor(name: str) -> Convert:
+    """The reference's mesh size `name`: megarl's is the actor's; another one cannot carry over."""
+    def convert(value: int, run: VerlRun) -> Any:
+        if value == run.get(f"actor_rollout_ref.actor.megatron.{name}", 1):
+            return OMIT
+        raise NotCarried(f"{_REF_MESH}; verl's reference had its own")
+    return convert
+
 
 VERL_PREFIXES = {
     "actor_rollout_ref.model.": "model.",
     "actor_rollout_ref.actor.": "actor.",
     "actor_rollout_ref.rollout.": "rollout.",
     "actor_rollout_ref.ref.": "ref.",
+    "actor_rollout_ref.rollout.engine_kwargs.sglang.": "rollout.engine_kwargs.",
     "reward_model.megatron.": "reward.model.megatron.",
 }
 
-VERL_RENAMES = {
-    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": "actor.log_prob_micro_batch_size_per_gpu",
-    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": "actor.log_prob_max_token_len_per_gpu",
-    "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz": "actor.use_dynamic_bsz",
-    "actor_rollout_ref.ref.log_prob_use_dynamic_bsz": "actor.use_dynamic_bsz",
-    "actor_rollout_ref.actor.policy_loss.loss_mode": "actor.policy_loss",
-    "actor_rollout_ref.actor.grad_clip": "actor.optim.clip_grad",
-    "actor_rollout_ref.actor.megatron.override_transformer_config.recompute_granularity": (
-        "actor.megatron.recompute_granularity"
-    ),
-    "actor_rollout_ref.model.enable_gradient_checkpointing": "actor.megatron.recompute_granularity",
-    "actor_rollout_ref.actor.megatron.override_ddp_config.grad_reduce_in_fp32": "actor.megatron.grad_reduce_in_fp32",
-    "critic.megatron.override_ddp_config.grad_reduce_in_fp32": "critic.megatron.grad_reduce_in_fp32",
-    "critic.grad_clip": "critic.optim.clip_grad",
-    "custom_reward_function.path": "reward.function",
-    "custom_reward_function.name": "reward.function",
-    "custom_reward_function.reward_kwargs": "reward.kwargs",
-    "reward_model.reward_kwargs": "reward.kwargs",
-    "reward_model.overlong_buffer.enable": "reward.overlong_buffer.enable",
-    "reward_model.overlong_buffer.len": "reward.overlong_buffer.len",
-    "reward_model.overlong_buffer.penalty_factor": "reward.overlong_buffer.penalty_factor",
-    "reward_model.enable": "reward.model.path",
-    "reward_model.model.path": "reward.model.path",
-    "reward_model.micro_batch_size_per_gpu": "reward.model.micro_batch_size_per_gpu",
-    "reward_model.use_dynamic_bsz": "reward.model.use_dynamic_bsz",
-    "reward_model.forward_max_token_len_per_gpu": "reward.model.max_token_len_per_gpu",
-    "reward_model.enable_resource_pool": "reward.model.enable_resource_pool",
-    "reward_model.nnodes": "reward.model.nnodes",
-    "reward_model.n_gpus_per_node": "reward.model.n_gpus_per_node",
-    "reward_model.model.input_tokenizer": "reward.model.chat_template",
-    "trainer.default_local_dir": "trainer.output_dir",
-    "data.seed": "trainer.seed",
-    "global_profiler.steps": "trainer.profile_steps",
-    "actor_rollout_ref.model.lora_rank": "actor.lora.rank",
-    "actor_rollout_ref.model.lora_alpha": "actor.lora.alpha",
-    "actor_rollout_ref.model.target_modules": "actor.lora.target_modules",
-    "actor_rollout_ref.model.lora.rank": "actor.lora.rank",
-    "actor_rollout_ref.model.lora.alpha": "actor.lora.alpha",
-    "actor_rollout_ref.model.lora.dropout": "actor.lora.dropout",
-    "actor_rollout_ref.model.lora.target_modules": "actor.lora.target_modules",
-    "actor_rollout_ref.nccl_timeout": "trainer.collective_timeout_s",
-    "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": "actor.optim.lr_warmup_steps",
-    "critic.optim.lr_warmup_steps_ratio": "critic.optim.lr_warmup_steps",
+_ONLY_MEGATRON = "megarl trains with megatron-core: FSDP offloads and Ulysses map to their megatron counterparts"
+_PACKED = "megarl always packs sequences, without padding"
+_MBRIDGE = "megarl always builds the megatron model from the HF checkpoint through mbridge"
+_JOINED = "path/to/file.py:function_name: verl's path and name joined"
+_REF_MESH = "the reference runs in the actor's processes, in the actor's megatron layout"
+_VLLM = "a vLLM engine setting: SGLang's own go in rollout.engine_kwargs (passed to the engine as they are)"
+
+VERL_KEYS: dict[str, Port] = {
+    # Renamed: megarl names the thing once, where it acts.
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": to(
+        "actor.log_prob_micro_batch_size_per_gpu", "the actor computes the old log-probs"),
+    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": to("actor.log_prob_max_token_len_per_gpu"),
+    "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz": to("actor.use_dynamic_bsz",
+                                                             "one switch for the actor's passes"),
+    "actor_rollout_ref.ref.log_prob_use_dynamic_bsz": to("actor.use_dynamic_bsz", "one switch for the actor's passes"),
+    "actor_rollout_ref.actor.policy_loss.loss_mode": to("actor.policy_loss"),
+    "actor_rollout_ref.actor.grad_clip": to("actor.optim.clip_grad"),
+    "critic.grad_clip": to("critic.optim.clip_grad"),
+    "actor_rollout_ref.actor.megatron.override_transformer_config.recompute_granularity": to(
+        "actor.megatron.recompute_granularity", "full or selective"),
+    "actor_rollout_ref.actor.megatron.override_ddp_config.grad_reduce_in_fp32": to(
+        "actor.megatron.grad_reduce_in_fp32", "the gradient buffers' dtype: true float32, false the weights' bf16"),
+    "critic.megatron.override_ddp_config.grad_reduce_in_fp32": to("critic.megatron.grad_reduce_in_fp32"),
+    "actor_rollout_ref.model.enable_gradient_checkpointing": to(
+        "actor.megatron.recompute_granularity", "true is full recomputation", _recompute),
+    "critic.model.enable_gradient_checkpointing": to(
+        "critic.megatron.recompute_granularity", "true is full recomputation", _recompute),
+    "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": to(
+        "actor.optim.lr_warmup_steps", "a step count: ratio × total training steps", _warmup_steps(
+            "actor_rollout_ref.actor")),
+    "critic.optim.lr_warmup_steps_ratio": to("critic.optim.lr_warmup_steps", "a step count: ratio × total training "
+                                             "steps", _warmup_steps("critic")),
+    "actor_rollout_ref.actor.optim.lr_warmup_steps": to("actor.optim.lr_warmup_steps", "",
+                                                        _steps_unless_negative),
+    "critic.optim.lr_warmup_steps": to("critic.optim.lr_warmup_steps", "", _steps_unless_negative),
+    "custom_reward_function.path": to("reward.function", _JOINED, _reward_function),
+    "custom_reward_function.name": to("reward.function", _JOINED, _reward_function_name),
+    "custom_reward_function.reward_kwargs": to("reward.kwargs"),
+    "reward_model.reward_kwargs": to("reward.kwargs"),
+    "reward_model.overlong_buffer.enable": to("reward.overlong_buffer.enable"),
+    "reward_model.overlong_buffer.len": to("reward.overlong_buffer.len"),
+    "reward_model.overlong_buffer.penalty_factor": to("reward.overlong_buffer.penalty_factor"),
+    "reward_model.reward_kwargs.overlong_buffer_cfg.enable": to("reward.overlong_buffer.enable"),
+    "reward_model.reward_kwargs.overlong_buffer_cfg.len": to("reward.overlong_buffer.len"),
+    "reward_model.reward_kwargs.overlong_buffer_cfg.penalty_factor": to("reward.overlong_buffer.penalty_factor"),
+    "reward_model.enable": to("reward.model.path", "the reward model's HF checkpoint directory turns it on (no path: "
+                              "off)", _omit),
+    "reward_model.model.path": to("reward.model.path"),
+    "reward_model.micro_batch_size_per_gpu": to("reward.model.micro_batch_size_per_gpu"),
+    "reward_model.use_dynamic_bsz": to("reward.model.use_dynamic_bsz"),
+    "reward_model.forward_max_token_len_per_gpu": to("reward.model.max_token_len_per_gpu"),
+    "reward_model.enable_resource_pool": to("reward.model.enable_resource_pool"),
+    "reward_model.nnodes": to("reward.model.nnodes"),
+    "reward_model.n_gpus_per_node": to("reward.model.n_gpus_per_node"),
+    "reward_model.model.input_tokenizer": to(
+        "reward.model.chat_template", "not needed: a reward model with another tokenizer or chat template has its "
+        "inputs re-encoded by itself; to override its chat template, set this key to a Jinja template", _omit),
+    "trainer.default_local_dir": to("trainer.output_dir", "checkpoints, metrics and config.yaml live here"),
+    "trainer.max_actor_ckpt_to_keep": to("trainer.max_ckpt_to_keep", "one count for every role's checkpoints"),
+    "trainer.max_critic_ckpt_to_keep": to("trainer.max_ckpt_to_keep", "one count for every role's checkpoints"),
+    "data.seed": to("trainer.seed", "one seed for the run"),
+    "data.tokenizer": to("model.tokenizer_path"),
+    "global_profiler.steps": to("trainer.profile_steps", "a Chrome trace per worker process and a phase timeline"),
+    "actor_rollout_ref.model.lora_rank": to("actor.lora.rank"),
+    "actor_rollout_ref.model.lora_alpha": to("actor.lora.alpha"),
+    "actor_rollout_ref.model.target_modules": to(
+        "actor.lora.target_modules", "megatron's layers: linear_qkv, linear_proj, linear_fc1, linear_fc2",
+        _lora_targets),
+    "actor_rollout_ref.model.lora.rank": to("actor.lora.rank"),
+    "actor_rollout_ref.model.lora.alpha": to("actor.lora.alpha"),
+    "actor_rollout_ref.model.lora.dropout": to("actor.lora.dropout"),
+    "actor_rollout_ref.model.lora.target_modules": to("actor.lora.target_modules", "", _lora_targets),
+    "actor_rollout_ref.nccl_timeout": to("trainer.collective_timeout_s", "for every collective, NCCL or gloo"),
+    # verl's deprecated global micro-batches: samples over all data-parallel ranks.
+    "actor_rollout_ref.actor.ppo_micro_batch_size": to(
+        "actor.ppo_micro_batch_size_per_gpu", "per data-parallel rank: verl's global count ÷ its data-parallel size",
+        _per_gpu("actor_rollout_ref.actor")),
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size": to(
+        "actor.log_prob_micro_batch_size_per_gpu", "per data-parallel rank: verl's global count ÷ its data-parallel "
+        "size", _per_gpu("actor_rollout_ref.actor")),
+    "actor_rollout_ref.ref.log_prob_micro_batch_size": to(
+        "ref.log_prob_micro_batch_size_per_gpu", "per data-parallel rank: verl's global count ÷ its data-parallel "
+        "size", _per_gpu("actor_rollout_ref.actor")),
+    "critic.ppo_micro_batch_size": to("critic.ppo_micro_batch_size_per_gpu", "per data-parallel rank: verl's global "
+                                      "count ÷ its data-parallel size", _per_gpu("critic")),
+    "critic.forward_micro_batch_size": to("critic.forward_micro_batch_size_per_gpu", "per data-parallel rank: "
+                                          "verl's global count ÷ its data-parallel size", _per_gpu("critic")),
+    # FSDP settings: their megatron counterparts.
+    "actor_rollout_ref.actor.fsdp_config.param_offload": to("actor.megatron.param_offload", "FSDP's, as megatron's",
+                                                            _actor_offload),
+    "actor_rollout_ref.actor.megatron.param_offload": to("actor.megatron.param_offload", "", _actor_offload),
+    "actor_rollout_ref.actor.fsdp_config.optimizer_offload": to(
+        "actor.megatron.optimizer_offload", "FSDP's, as megatron's: the Adam step runs on the CPU"),
+    "actor_rollout_ref.actor.fsdp_config.grad_offload": to("actor.megatron.grad_offload", "FSDP's, as megatron's"),
+    "actor_rollout_ref.ref.fsdp_config.param_offload": to("ref.megatron.param_offload", "FSDP's, as megatron's",
+                                                          _ref_offload),
+    "critic.model.fsdp_config.param_offload": to("critic.megatron.param_offload", "FSDP's, as megatron's"),
+    "critic.model.fsdp_config.optimizer_offload": to(
+        "critic.megatron.optimizer_offload", "FSDP's, as megatron's: the Adam step runs on the CPU"),
+    "critic.model.fsdp_config.grad_offload": to("critic.megatron.grad_offload", "FSDP's, as megatron's"),
+    "actor_rollout_ref.actor.ulysses_sequence_parallel_size": to(
+        "actor.megatron.context_parallel_size", "Ulysses as megatron context parallelism: each rank holds a share "
+        "of every sequence"),
+    "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size": to(
+        "actor.megatron.context_parallel_size", "Ulysses as megatron context parallelism: each rank holds a share "
+        "of every sequence"),
+    "critic.ulysses_sequence_parallel_size": to(
+        "critic.megatron.context_parallel_size", "Ulysses as megatron context parallelism"),
+    "actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload": to(
+        "actor.megatron.optimizer_offload", "megatron's CPU optimizer: the Adam step runs on the CPU"),
+    "actor_rollout_ref.ref.megatron.param_offload": to("ref.megatron.param_offload", "", _ref_offload),
+    **{f"actor_rollout_ref.ref.megatron.{name}": to(f"actor.megatron.{name}", _REF_MESH, _as_actor(name))
+       for name in MESH},
+    "actor_rollout_ref.rollout.name": to("rollout.name", "megarl generates with SGLang", _sglang),
+    # No counterpart in megarl.
+    "actor_rollout_ref.actor.strategy": dropped(_ONLY_MEGATRON, same_as="megatron"),
+    "actor_rollout_ref.ref.strategy": dropped(_ONLY_MEGATRON, same_as="megatron"),
+    "critic.strategy": dropped(_ONLY_MEGATRON, same_as="megatron"),
+    "reward_model.strategy": dropped(_ONLY_MEGATRON, same_as="megatron"),
+    "actor_rollout_ref.ref.ulysses_sequence_parallel_size": dropped(_REF_MESH),
+    "actor_rollout_ref.model.use_remove_padding": dropped(_PACKED, same_as=True),
+    "actor_rollout_ref.actor.use_remove_padding": dropped(_PACKED, same_as=True),
+    "critic.model.use_remove_padding": dropped(_PACKED, same_as=True),
+    "reward_model.model.use_remove_padding": dropped(_PACKED, same_as=True),
+    "actor_rollout_ref.actor.megatron.use_mbridge": dropped(_MBRIDGE, same_as=True),
+    "actor_rollout_ref.actor.megatron.vanilla_mbridge": dropped(_MBRIDGE, same_as=True),
+    "actor_rollout_ref.actor.megatron.use_dist_checkpointing": dropped(_MBRIDGE, same_as=False),
+    "actor_rollout_ref.actor.megatron.dist_checkpointing_path": dropped(_MBRIDGE, same_as=None),
+    "actor_rollout_ref.actor.megatron.override_transformer_config.recompute_method": dropped(
+        "megarl's full recomputation is layer by layer (uniform, 1 layer): actor.megatron.recompute_granularity"),
+    "actor_rollout_ref.actor.megatron.override_transformer_config.recompute_num_layers": dropped(
+        "megarl's full recomputation is layer by layer (uniform, 1 layer): actor.megatron.recompute_granularity"),
+    "actor_rollout_ref.rollout.load_format": dropped("the engines get the trainer's weights before each generation"),
+    "actor_rollout_ref.hybrid_engine": dropped("the engines share the actor's GPUs unless rollout.enable_resource_pool",
+                                               same_as=True),
+    "actor_rollout_ref.model.use_fused_kernels": dropped(
+        "megarl's log-prob and entropy pass runs over token chunks by itself (megarl/models/logprobs.py)",
+        same_as=True),
+    "actor_rollout_ref.actor.use_torch_compile": dropped("megarl chooses what to compile on a GPU itself",
+                                                         same_as=True),
+    "actor_rollout_ref.ref.use_torch_compile": dropped("megarl chooses what to compile on a GPU itself",
+                                                       same_as=True),
+    "actor_rollout_ref.model.use_shm": dropped("megarl reads the model from its directory", same_as=False),
+    "actor_rollout_ref.rollout.calculate_log_probs": dropped(
+        "megarl always keeps the engine's log-probs (rollout/logprob_mult_error compares them with the trainer's)",
+        same_as=True),
+    "actor_rollout_ref.rollout.multi_stage_wake_up": dropped(
+        "megarl's engines always resume their weights first, their KV cache after the sync", same_as=True),
+    "actor_rollout_ref.rollout.layered_summon": dropped("an FSDP LoRA setting: megarl merges LoRA weights itself"),
+    "reward_model.reward_manager": dropped("megarl scores by data_source rules, reward.function or reward.model; "
+                                           "DAPO's overlong shaping is reward.overlong_buffer"),
+    "reward_model.reward_kwargs.max_resp_len": dropped("megarl's overlong shaping reads data.max_response_length"),
+    "trainer.log_val_generations": dropped("megarl writes trainer.log_samples samples of each validation to "
+                                           "{output_dir}/samples/val (`megarl view` shows them)"),
+    "data.image_key": dropped("megarl trains text-only models"),
+    "data.return_raw_chat": dropped("megarl's dataset applies the chat template to the prompt messages itself"),
+    "trainer.use_legacy_worker_impl": dropped("verl's choice between its two worker implementations"),
 }
 
-# What the renamed value means, where it is not the same value under a new name.
-VERL_NOTES = {
-    "custom_reward_function.path": "write path/to/file.py:function_name",
-    "reward_model.enable": "the reward model's HF checkpoint directory turns it on (no path: off)",
-    "reward_model.model.input_tokenizer": ("not needed: a reward model with another tokenizer or chat template "
-                                           "has its inputs re-encoded by itself; to override its chat template, "
-                                           "set this key to a Jinja template"),
-    "custom_reward_function.name": "write path/to/file.py:function_name",
-    "actor_rollout_ref.model.enable_gradient_checkpointing": "set it to full",
-    "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": "a step count: ratio × total training steps",
-    "critic.optim.lr_warmup_steps_ratio": "a step count: ratio × total training steps",
-    "actor_rollout_ref.model.target_modules": "megatron's layers: linear_qkv, linear_proj, linear_fc1, linear_fc2",
+VERL_DROPPED_PREFIXES = {
+    "actor_rollout_ref.actor.fsdp_config.": "an FSDP sharding setting: megarl shards with megatron (TP/PP/CP and "
+                                            "the distributed optimizer)",
+    "actor_rollout_ref.ref.fsdp_config.": "an FSDP sharding setting: the reference runs in the actor's layout",
+    "critic.model.fsdp_config.": "an FSDP sharding setting: megarl shards with megatron (TP/PP/CP and the "
+                                 "distributed optimizer)",
+    "actor_rollout_ref.ref.megatron.": _REF_MESH,
+    "actor_rollout_ref.actor.megatron.override_transformer_config.": "megarl builds megatron's TransformerConfig "
+                                                                     "from the HF checkpoint",
+    "actor_rollout_ref.actor.optim.override_optimizer_config.": "megarl's optimizer is megatron's distributed Adam "
+                                                                "(actor.optim.*, actor.megatron.optimizer_offload)",
+    "actor_rollout_ref.rollout.engine_kwargs.vllm.": _VLLM,
+    "actor_rollout_ref.rollout.multi_turn.": "megarl has no multi-turn (tool-using) rollouts yet",
+    "actor_rollout_ref.rollout.agent.": "megarl has no agent loops yet",
+    "actor_rollout_ref.actor.profiler.": "megarl's profiler is trainer.profile_steps",
+    "actor_rollout_ref.actor.checkpoint.": "megarl's checkpoints hold the model, optimizer and loop state always "
+                                           "(docs/checkpoints.md)",
+    "critic.checkpoint.": "megarl's checkpoints hold the model, optimizer and loop state always (docs/checkpoints.md)",
+    "global_profiler.": "megarl's profiler is trainer.profile_steps",
+    "hydra.": "Hydra's own settings: megarl is not a Hydra application",
+    "ray_kwargs.": "megarl starts Ray itself (RAY_ADDRESS for a running cluster)",
+    "reward_model.rollout.": "megarl has no generative reward model served by a rollout engine yet",
+}
+VERL_KEYS.update({f"actor_rollout_ref.rollout.{name}": dropped(_VLLM) for name in (
+    "enforce_eager", "free_cache_engine", "enable_chunked_prefill", "max_num_batched_tokens", "max_num_seqs",
+    "max_model_len", "enable_prefix_caching", "disable_log_stats")})
+
+# verl's defaults where megarl's differ (ppo_trainer.yaml and ppo_megatron_trainer.yaml agree on these): a converted
+# recipe states them for the keys its script leaves out. A `critic.` key only matters where a critic runs.
+VERL_DEFAULTS: dict[str, Any] = {
+    "data.train_batch_size": 1024,
+    "actor.ppo_mini_batch_size": 256,
+    "rollout.tensor_model_parallel_size": 2,
+    "trainer.total_epochs": 30,
+    "trainer.n_gpus_per_node": 8,
+    "trainer.logger": ["console", "wandb"],
+    "trainer.project_name": "verl_examples",
+    "trainer.experiment_name": "gsm8k",
+}
+VERL_FSDP_DEFAULTS: dict[str, Any] = {  # FSDP's gradient checkpointing is on by default; its reference stays resident
+    "actor.megatron.recompute_granularity": "full",
+    "critic.megatron.recompute_granularity": "full",
+    "ref.megatron.param_offload": False,
+}
+VERL_MEGATRON_DEFAULTS: dict[str, Any] = {"ref.megatron.param_offload": "${actor.megatron.param_offload}"}
+
+
+VERL_SFT_KEYS: dict[str, Port] = {
+    "model.partial_pretrain": to("model.path"),
+    "model.enable_gradient_checkpointing": to("actor.megatron.recompute_granularity", "true is full recomputation",
+                                              _recompute),
+    "ulysses_sequence_parallel_size": to("actor.megatron.context_parallel_size"),
+    "data.micro_batch_size": to("data.micro_batch_size_per_gpu", "samples per data-parallel rank"),
+    "data.prompt_dict_keys": to("data.prompt_key", "a dotted path into the column, e.g. extra_info.question"),
+    "data.response_dict_keys": to("data.response_key", "a dotted path into the column, e.g. extra_info.answer"),
+    "optim.warmup_steps_ratio": to("optim.lr_warmup_steps", "a step count: ratio × total training steps"),
+    "optim.lr_scheduler": to("optim.lr_decay_style", "constant, linear or cosine"),
+    "trainer.default_local_dir": to("trainer.output_dir", "the HF model is written to its hf/"),
+    "data.seed": to("trainer.seed"),
 }
 
 
-VERL_SFT_RENAMES = {
-    "model.partial_pretrain": "model.path",
-    "model.enable_gradient_checkpointing": "actor.megatron.recompute_granularity",
-    "ulysses_sequence_parallel_size": "actor.megatron.context_parallel_size",
-    "data.micro_batch_size": "data.micro_batch_size_per_gpu",
-    "data.prompt_dict_keys": "data.prompt_key",
-    "data.response_dict_keys": "data.response_key",
-    "optim.warmup_steps_ratio": "optim.lr_warmup_steps",
-    "optim.lr_scheduler": "optim.lr_decay_style",
-    "trainer.default_local_dir": "trainer.output_dir",
-    "data.seed": "trainer.seed",
-}
-
-VERL_SFT_NOTES = {
-    "model.enable_gradient_checkpointing": "set it to full",
-    "data.micro_batch_size": "samples per data-parallel rank",
-    "data.prompt_dict_keys": "a dotted path into the column, e.g. extra_info.question",
-    "data.response_dict_keys": "a dotted path into the column, e.g. extra_info.answer",
-    "optim.warmup_steps_ratio": "a step count: ratio × total training steps",
-}
+def _port(key: str, keys: Mapping[str, Port], prefixes: Mapping[str, str],
+          dropped_prefixes: Mapping[str, str]) -> Port | None:
+    if key in keys:
+        return keys[key]
+    matches = [(p, Port(ours + key[len(p):])) for p, ours in prefixes.items() if key.startswith(p)]
+    matches += [(p, Port(None, why)) for p, why in dropped_prefixes.items() if key.startswith(p)]
+    return max(matches, key=lambda match: len(match[0]))[1] if matches else None
 
 
-def _translate(key: str, renames: dict[str, str], notes: dict[str, str], prefixes: dict[str, str]) -> str | None:
-    if key in renames:
-        note = notes.get(key)
-        return renames[key] + (f" ({note})" if note else "")
-    for verl_prefix, ours in prefixes.items():
-        if key.startswith(verl_prefix):
-            return ours + key[len(verl_prefix) :]
-    return None
+def port_verl_key(key: str) -> Port | None:
+    """Where verl's RL key `key` goes in a megarl recipe; None for a key verl and megarl spell alike."""
+    return _port(key, VERL_KEYS, VERL_PREFIXES, VERL_DROPPED_PREFIXES)
 
 
-def translate_verl_key(key: str) -> str | None:
-    """The megarl key for verl's `key` (with a note on the value where it changes), or None."""
-    return _translate(key, VERL_RENAMES, VERL_NOTES, VERL_PREFIXES)
+def renamed(key: str, megarl_key: str) -> bool:
+    """Whether verl's `key` becomes `megarl_key` other than by dropping the `actor_rollout_ref.` level."""
+    by_prefix = _port(key, {}, VERL_PREFIXES, {})
+    return megarl_key != (key if by_prefix is None else by_prefix.key)
 
 
-def translate_verl_sft_key(key: str) -> str | None:
-    """The `megarl sft` key for a key of verl's SFT trainer, as `translate_verl_key`."""
-    return _translate(key, VERL_SFT_RENAMES, VERL_SFT_NOTES, {})
+def port_verl_sft_key(key: str) -> Port | None:
+    """Where a key of verl's SFT trainer goes in a `megarl sft` recipe, as `port_verl_key`."""
+    return _port(key, VERL_SFT_KEYS, {}, {})
+
+
+def verl_defaults(megatron: bool) -> dict[str, Any]:
+    """verl's defaults that megarl's differ from, for verl's megatron config or its FSDP one."""
+    return {**VERL_DEFAULTS, **(VERL_MEGATRON_DEFAULTS if megatron else VERL_FSDP_DEFAULTS)}

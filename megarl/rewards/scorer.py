@@ -148,7 +148,15 @@ class RewardScorer:
                            "function is slow; fix the function if it hangs)")
         if errors:
             reasons.append(f"{len(errors)} raised; first failure: {first.error_type}: {first.error}")
-        return f"the reward function failed on all {len(outcomes)} samples of the batch: {'; '.join(reasons)}"
+        return (f"the reward function {self.function_name} failed on all {len(outcomes)} samples of the batch: "
+                f"{'; '.join(reasons)}")
+
+    @property
+    def function_name(self) -> str:
+        """reward.function's spec, or the in-process scorer's name."""
+        if self.pool is not None:
+            return self.pool.spec
+        return getattr(self.compute_score, "__qualname__", repr(self.compute_score))
 
 
 def _where(sample: dict) -> tuple:

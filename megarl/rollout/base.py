@@ -155,6 +155,14 @@ class RolloutEngine(ABC):
     def shutdown(self) -> None:
         """Stop what the engine runs outside this process (nothing, unless a backend says otherwise)."""
 
+    def start_profile(self, directory: str) -> None:
+        """Record what the engine runs outside this process with torch's profiler until `stop_profile`, into
+        `directory`. Nothing, unless a backend runs outside this process: this process's own recording
+        (`trainer.profile_steps`) holds the rest."""
+
+    def stop_profile(self) -> None:
+        """End `start_profile`'s recording and write it."""
+
     def release_memory(self, tags: Sequence[str] = MEMORY_TAGS) -> None:
         self.memory.release(tags)
 

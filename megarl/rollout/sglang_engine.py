@@ -298,6 +298,17 @@ class SGLangEngine(RolloutEngine):
         with self._engine_call():
             return self.engine.loop.run_until_complete(every())
 
+    def start_profile(self, directory: str) -> None:
+        """The schedulers' CPU ops and kernels, one trace per engine rank: `directory`/engine-TP-<rank>.trace.json.gz."""
+        if self.is_owner:
+            with self._engine_call():
+                self.engine.start_profile(output_dir=directory, activities=["CPU", "GPU"], profile_id="engine")
+
+    def stop_profile(self) -> None:
+        if self.is_owner:
+            with self._engine_call():
+                self.engine.stop_profile()
+
     def shutdown(self) -> None:
         if self.engine is None:
             return

@@ -38,6 +38,9 @@ TRACKER = "latest_checkpointed_iteration.txt"
 TRAINER_STATE = "trainer_state.json"
 PARTIAL, TRASH = ".partial", ".trash"
 _STEP_DIR = re.compile(r"global_step_(\d+)")
+# role.json's layout names (megarl/models/checkpoint.py) → the megatron keys of a role's section
+MESH_KEYS = {"tensor": "tensor_model_parallel_size", "pipeline": "pipeline_model_parallel_size",
+             "context": "context_parallel_size"}
 
 
 def checkpoints_root(cfg: MegaRLConfig) -> Path:
@@ -79,7 +82,54 @@ def find_resume_checkpoint(cfg: MegaRLConfig) -> Path | None:
         raise ConfigError(f"checkpoint {path} has no {', '.join(missing)} checkpoint, which this recipe trains "
                           f"(algorithm.adv_estimator={cfg.algorithm.adv_estimator}): resume a run of the same recipe, "
                           "or start afresh with trainer.resume_mode=disable")
+    check_resume_layout(cfg, path)
     return path
+
+
+def resume_candidate(cfg: MegaRLConfig) -> Path | None:
+    """The checkpoint a launch would resume from if it verifies, found without reading its shards (for `--dry-run`
+    and the checks before launch; `find_resume_checkpoint` verifies it, and refuses what is no checkpoint, when the
+    run starts). Its trainer state parses: `saved_step` reads it."""
+    mode = cfg.trainer.resume_mode
+    if mode == "resume_path":
+        path = Path(cfg.trainer.resume_from_path).expanduser()
+    else:
+        steps = complete_steps(checkpoints_root(cfg)) if mode == "auto" else []
+        path = step_dir(checkpoints_root(cfg), steps[-1]) if steps else None
+    if path is None:
+        return None
+    try:
+        saved_step(path)
+    except (OSError, ValueError, KeyError, TypeError):  # no checkpoint: find_resume_checkpoint says why at start
+        return None
+    return path
+
+
+def check_resume_layout(cfg: MegaRLConfig, path: Path) -> None:
+    """Each trained role of the checkpoint at `path` was saved at this recipe's tensor, pipeline and context-parallel
+    sizes: the optimizer state (megatron's dp_reshardable format, megarl/models/checkpoint.py) loads at no others."""
+    for role in trained_roles(cfg):
+        saved = _saved_layout(path / role / "role.json")
+        megatron = getattr(cfg, role).megatron
+        differ = {f"{role}.megatron.{key}": (saved[dim], getattr(megatron, key)) for dim, key in MESH_KEYS.items()
+                  if saved.get(dim, getattr(megatron, key)) != getattr(megatron, key)}
+        if differ:
+            raise ConfigError(
+                f"checkpoint {path} cannot resume at {', '.join(f'{k}={new}' for k, (_, new) in differ.items())}: its "
+                f"{role} was saved at {', '.join(str(old) for old, _ in differ.values())}, and its optimizer state "
+                "(megatron's dp_reshardable format) loads only at the tensor, pipeline and context-parallel sizes it "
+                f"was saved with (the data-parallel size may change). Set "
+                f"{', '.join(f'{k}={old}' for k, (old, _) in differ.items())} to resume, or carry its weights over: "
+                f"`megarl export --checkpoint {path / role} --out HF_DIR`, then model.path=HF_DIR in a new "
+                "trainer.output_dir")
+
+
+def _saved_layout(meta: Path) -> dict[str, int]:
+    """The parallel sizes in a role's role.json; none where it cannot be read (the manifest check names that)."""
+    try:
+        return json.loads(meta.read_text()).get("layout", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
 
 
 def _given_checkpoint(cfg: MegaRLConfig) -> Path:

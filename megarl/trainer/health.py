@@ -13,6 +13,8 @@ from typing import Callable
 from megarl.config.schema import HealthConfig
 
 VALIDATION = "val-core/"
+# Scores beyond it are no reward scale anyone means (float32 squares overflow above ~1.8e19): named as the cause.
+HUGE_SCORE = 1e15
 
 
 class HealthStop(Exception):
@@ -96,6 +98,20 @@ class HealthMonitor:
                 "trainer disagree on the sampled tokens' log-probs: correct for it (algorithm.rollout_correction) "
                 "or find the mismatch (rollout settings, precision)")
 
+    def _zero_advantages(self, step: int, metrics: dict) -> str | None:
+        varied = metrics.get("critic/score/varied_ratio")
+        extremes = metrics.get("critic/advantages/max"), metrics.get("critic/advantages/min")
+        if not varied or extremes != (0.0, 0.0):
+            return None
+        low, high = metrics["critic/score/min"], metrics["critic/score/max"]
+        if max(abs(low), abs(high)) > HUGE_SCORE:
+            cause = ("scores this large lose their differences in the advantage statistics; scale the reward down "
+                     "(to about [-10, 10])")
+        else:
+            cause = "algorithm.adv_estimator turned differing scores into no signal: check the estimator"
+        return (f"every advantage is 0 although the responses of {varied:.0%} of the prompts scored differently "
+                f"(critic/score in [{low:.3g}, {high:.3g}]), so the step trained nothing: {cause}")
+
     def _val_stall(self, step: int, metrics: dict) -> str | None:
         scores = [value for key, value in metrics.items() if key.startswith(VALIDATION)]
         if not scores:
@@ -115,4 +131,4 @@ class HealthMonitor:
 # Each check and the metric (prefix) it reads: it is evaluated only on steps that have it.
 CHECKS = {"ppo_kl": "actor/ppo_kl", "grad_norm": "actor/grad_norm", "entropy_collapse": "actor/entropy",
           "response_clipping": "response_length/clip_ratio", "logprob_mismatch": "rollout/logprob_mult_error",
-          "val_stall": VALIDATION}
+          "zero_advantages": "critic/score/varied_ratio", "val_stall": VALIDATION}

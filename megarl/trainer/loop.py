@@ -22,6 +22,7 @@ from megarl.data.dataset import PromptLoader, RLDataset
 from megarl.models.bridge import load_hf_config
 from megarl.placement import MAIN_POOL, ROLLOUT_POOL, role_pools, start_workers
 from megarl.rewards.scorer import RewardScorer
+from megarl.rollout.base import KV_CACHE, WEIGHTS
 from megarl.trainer import stages
 from megarl.trainer.ahead import AheadSampler
 from megarl.trainer.stages import Score
@@ -78,15 +79,22 @@ class Roles:
     sender: Optional[Any] = None  # the actor's end of the weight bridge, when the engines have GPUs of their own
 
     def sync_weights(self, phase: Callable = untimed) -> dict[str, float]:
-        """The actor's weights into the engines: through the reshard layer beside it (`update_weights`), or over the
-        bridge. Each rollout rank runs its calls in order, so engines on a pool of their own first finish the
-        generation in flight (`sync_wait`, which is not the sync's time)."""
-        if self.sender is not None:
-            with phase("sync_wait"):
-                self.rollout.idle()
+        """The actor's weights into the engines: through the reshard layer beside it (`update_weights`), between
+        the engine's weights coming back and its KV cache (`resume`: the KV cache is the large part, so it comes
+        back once the sync's buckets are gone); or over the bridge. Each rollout rank runs its calls in order, so
+        engines on a pool of their own first finish the generation in flight (`sync_wait`, which is not the sync's
+        time)."""
+        if self.sender is None:
+            with phase("resume"):
+                self.rollout.resume([WEIGHTS])
+            with phase("update_weights"):
+                metrics = self.rollout.sync_weights()
+            with phase("resume"):
+                self.rollout.resume([KV_CACHE])
+            return metrics
+        with phase("sync_wait"):
+            self.rollout.idle()
         with phase("update_weights"):
-            if self.sender is None:
-                return self.rollout.sync_weights()
             received = self.rollout.receive_weights.submit()  # first: both ends meet in the bridge's collectives
             sent = self.sender.send_weights.submit()
             return {**sent.result(), **received.result()}
@@ -152,7 +160,8 @@ class RLStep:
         phase = partial(timed, metrics, windows=windows)
         batch, reward_metrics = self.sample(step, prompts, phase)  # gen, gen_max and reward
         if roles.sender is None:  # engines beside the trainer give it their memory
-            roles.rollout.release()
+            with phase("release"):
+                roles.rollout.release()
         with phase("old_log_prob"):
             batch = batch.union(roles.actor.compute_log_prob(batch))
         gate = stages.logprob_gate(batch, self.max_logprob_mult_error)
@@ -241,7 +250,8 @@ def train(cfg: MegaRLConfig) -> None:
         health = HealthMonitor(cfg.trainer.health, tell)
         samples = SampleLog(cfg.trainer, cfg.reward, tokenizer, cluster.is_driver, start)
         profile = StepProfiler(cfg.trainer.profile_steps, cfg.trainer.output_dir,
-                               [r for r in (roles.actor, roles.critic) if r is not None], cluster.is_driver)
+                               [r for r in (roles.actor, roles.critic) if r is not None], cluster.is_driver,
+                               roles.rollout)
         validate = partial(validation, validator, roles.rollout, score, samples) if validator else None
         with MetricsLogger(cfg, steps, cluster.is_driver, start_step=start) as logger:
             roles.sync_weights()  # after the load: the engine serves the restored actor

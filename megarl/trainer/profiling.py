@@ -1,8 +1,9 @@
 """`trainer.profile_steps` (verl's `global_profiler.steps`): the steps recorded with torch's profiler.
 
 For each step k it names, every worker process writes `{output_dir}/profile/step_k/rank_NNNNN.json` (a Chrome trace
-of that process: parallel/profiler.py) and the driver writes `step_k/timeline.json`, the step's phases (gen,
-old_log_prob, ref, update_actor, ...) on the driver's wall clock, in the same format: open either in
+of that process: parallel/profiler.py), each rollout engine whose processes are its own (SGLang's schedulers)
+writes `step_k/engine-TP-<rank>.trace.json.gz`, and the driver writes `step_k/timeline.json`, the step's phases (gen,
+old_log_prob, ref, update_actor, ...) on the driver's wall clock, in the same format: open any of them in
 https://ui.perfetto.dev or chrome://tracing."""
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ from pathlib import Path
 
 
 class StepProfiler:
-    def __init__(self, steps, output_dir: str, groups: list, is_driver: bool):
+    def __init__(self, steps, output_dir: str, groups: list, is_driver: bool, rollout=None):
+        """`groups`: the roles whose processes are recorded (one call per pool); `rollout`: the rollout role, whose
+        engines record their own processes."""
         self.steps, self.root, self.is_driver = set(steps), Path(output_dir).expanduser() / "profile", is_driver
+        self.rollout = rollout
         pools: dict[int, object] = {}
         for handle in groups:  # one call per pool of processes (colocated roles share theirs)
             pools.setdefault(id(handle.group), handle)
@@ -31,9 +35,13 @@ class StepProfiler:
             return
         for group in self.groups:
             group.start_profile()
+        if self.rollout is not None:
+            self.rollout.start_engine_profile(str(self.directory(step)))
         try:
             yield
         finally:
+            if self.rollout is not None:
+                self.rollout.stop_engine_profile()
             for group in self.groups:
                 group.stop_profile(str(self.directory(step)))
 

@@ -15,8 +15,8 @@ class EngineFailure(RuntimeError):
 
 
 class RecoveringRollout:
-    """The rollout role's handle; `generate` and `sync_weights` recover from one engine death per call, every other
-    worker method passes through."""
+    """The rollout role's handle; `generate`, `resume` and `sync_weights` recover from one engine death per call,
+    every other worker method passes through."""
 
     def __init__(self, rollout, tell: Callable[[str], None]):
         self.rollout, self.tell = rollout, tell
@@ -28,6 +28,9 @@ class RecoveringRollout:
     def submit_generate(self, *args, **kwargs) -> Any:
         """A generation in flight (`.result()` when it is needed): engines on a pool of their own, not restarted."""
         return self.rollout.generate.submit(*args, **kwargs)
+
+    def resume(self, tags: list[str]) -> None:
+        self._recovering("resume", (tags,), {})  # a restarted engine has all its memory: the call again is a no-op
 
     def sync_weights(self) -> dict[str, float]:
         return self._recovering("sync_weights", (), {})

@@ -135,16 +135,24 @@ def data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
     overlong shaping, the mean penalty and the fraction of responses penalised)."""
     mask = batch["response_mask"]
     lengths = mask.sum(dim=-1)
+    scores = batch["token_level_scores"].sum(-1)
+    valid_advantages = batch["advantages"][mask.bool()]
     metrics = {
-        "critic/score/mean": batch["token_level_scores"].sum(-1).mean().item(),
+        "critic/score/mean": scores.mean().item(),
+        "critic/score/max": scores.max().item(),
+        "critic/score/min": scores.min().item(),
         "critic/rewards/mean": batch["token_level_rewards"].sum(-1).mean().item(),
         "critic/advantages/mean": masked_mean(batch["advantages"], mask).item(),
+        "critic/advantages/max": valid_advantages.max().item() if valid_advantages.numel() else 0.0,
+        "critic/advantages/min": valid_advantages.min().item() if valid_advantages.numel() else 0.0,
         "critic/returns/mean": masked_mean(batch["returns"], mask).item(),
         "response_length/mean": lengths.mean().item(),
         "response_length/max": lengths.max().item(),
         "response_length/min": lengths.min().item(),
         "response_length/clip_ratio": (lengths >= max_response_length).float().mean().item(),
     }
+    if "uid" in batch:
+        metrics["critic/score/varied_ratio"] = varied_ratio(scores, list(batch["uid"]))
     if "values" in batch:
         metrics["critic/values/mean"] = masked_mean(batch["values"], mask).item()
     if "rm_scores" in batch:
@@ -155,3 +163,12 @@ def data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
         metrics["reward/overlong_ratio"] = (batch["overlong_penalty"] < 0).float().mean().item()
     return metrics
 
+
+
+def varied_ratio(scores: torch.Tensor, uids: list) -> float:
+    """The fraction of prompts (a `uid` each) whose responses did not all score the same: the groups an advantage
+    estimator can learn from (health.py's zero_advantages check reads it)."""
+    groups: dict = {}
+    for uid, value in zip(uids, scores.tolist()):
+        groups.setdefault(uid, set()).add(value)
+    return sum(len(values) > 1 for values in groups.values()) / max(len(groups), 1)

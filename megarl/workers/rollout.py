@@ -61,17 +61,21 @@ class RolloutWorker(Worker):
     def layout(self) -> RankLayout:
         return RankLayout(self.placement.slot.engine, self.placement.engine_count, self.engine.is_owner)
 
+    @worker_method()
+    def resume(self, tags: list[str]) -> None:
+        """Take back those of the engine's memory regions `tags` names that are released (after a restart none
+        is). The engine's allocator takes memory from the device, not from torch's cache: what the trainer freed
+        (the sync's buckets too) goes back to the device first."""
+        torch.cuda.empty_cache()  # a no-op where CUDA never started
+        released = [tag for tag in tags if tag in self.engine.memory.released]
+        if released:
+            self.engine.resume_memory(released)
+
     @worker_method(collect=Collect.RANK_ZERO)
     def sync_weights(self) -> dict[str, float]:
-        """Resume the engine's weights, stream the actor's into them, resume the KV cache; returns the sync's
-        metrics (rank 0's). The engine's allocator takes memory from the device, not from torch's cache: what the
-        trainer freed goes back to the device before each resume."""
-        torch.cuda.empty_cache()  # a no-op where CUDA never started
-        self.engine.resume_memory([WEIGHTS])
+        """Stream the actor's weights into the engine's (resumed) weights; returns the sync's metrics (rank 0's)."""
         with self.actor.weights_in_use():  # with param_offload the weights leave the GPU again afterwards
             stats = self.streamer.sync(self.engine.load_weights)
-        torch.cuda.empty_cache()  # the sync's buckets, before the KV cache takes its share
-        self.engine.resume_memory([KV_CACHE])
         return stats.metrics()
 
     @worker_method()
@@ -98,12 +102,24 @@ class RolloutWorker(Worker):
                                "after it dies; resume the run from its last checkpoint")
         self.engine.shutdown()  # a dead engine's shutdown ends only what is left of it
         self.engine = self._build_engine()
-        return self.sync_weights()
+        self.resume([WEIGHTS])
+        metrics = self.sync_weights()
+        self.resume([KV_CACHE])
+        return metrics
 
     def close(self) -> None:
         self.engine.shutdown()
         if self.scorer is not None:
             self.scorer.close()
+
+    @worker_method()
+    def start_engine_profile(self, directory: str) -> None:
+        """Record the engine's own processes (SGLang's schedulers) until `stop_engine_profile` (trainer.profile_steps)."""
+        self.engine.start_profile(directory)
+
+    @worker_method()
+    def stop_engine_profile(self) -> None:
+        self.engine.stop_profile()
 
     @worker_method()
     def idle(self) -> None:

@@ -42,6 +42,16 @@ def test_medians_skip_the_warm_up_step_and_the_critics_floor_has_its_value_head(
     assert "gen" not in row["mfu"] and row["phases"]["gen"]["s"] == 2.0
 
 
+def test_the_row_keeps_every_measured_steps_phases_beside_their_medians():
+    cfg = load_config(REPO_ROOT / "recipes/qwen2_5_0_5b_ppo_gsm8k.yaml", [])
+    steps = [step_metrics(1, 9.0), step_metrics(2, 1.0), step_metrics(3, 2.0), step_metrics(4, 4.0)]
+    per_step = summary(cfg, hf_config("qwen2.5-0.5b"), steps, PEAK)["per_step"]
+    assert per_step["step"] == [2, 3, 4]
+    timing = per_step["timing_s"]
+    assert timing["gen"] == timing["update_weights"] == [1.0, 2.0, 4.0] and timing["step"] == [10.0, 20.0, 40.0]
+    assert per_step["gen_tokens_per_s"] == [500 * 64 / s for s in (1.0, 2.0, 4.0)]  # 64 responses of 500 tokens
+
+
 def test_an_even_count_of_steps_takes_the_mean_of_the_middle_two():
     cfg = load_config(REPO_ROOT / "recipes/qwen2_5_0_5b_ppo_gsm8k.yaml", [])
     row = summary(cfg, hf_config("qwen2.5-0.5b"), [step_metrics(1, 9.0), step_metrics(2, 1.0),

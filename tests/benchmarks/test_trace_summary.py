@@ -61,3 +61,15 @@ def test_launchers_name_the_host_ops_behind_the_longest_kernels():
     [gemm, first] = trace_summary.launchers(EVENTS, top=2)
     assert gemm == ["nvjet_gemm", 30, [["critic.update_critic", 30]]]
     assert first == ["gemm", 20, [["aten::index < aten::mul < critic.update_critic", 20]]]
+
+
+def test_a_gzipped_trace_without_role_calls_is_summarised_whole(tmp_path):
+    import gzip
+    import json
+
+    scheduler = [e for e in EVENTS if e["cat"] != "user_annotation"]  # an SGLang scheduler's: no role calls
+    path = tmp_path / "engine-TP-0.trace.json.gz"
+    path.write_bytes(gzip.compress(json.dumps({"traceEvents": scheduler}).encode()))
+    assert trace_summary.summarise(trace_summary.load(path), top=4) == []
+    [call] = trace_summary.summarise(trace_summary.load(path, whole=True), top=4)
+    assert call["call"] == "trace.all" and call["wall_ms"] == 2120 and call["kernel_ms"] == 50

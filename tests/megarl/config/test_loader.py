@@ -6,7 +6,6 @@ import pytest
 
 from megarl.config import RM_RECIPE, SFT_RECIPE, ConfigError, MegaRLConfig, describe_keys, load_config, save_config
 from megarl.config.loader import RL_RECIPE
-from megarl.config.verl_keys import VERL_PREFIXES, VERL_RENAMES, translate_verl_key
 from tests.helpers import REPO_ROOT
 
 
@@ -65,14 +64,22 @@ def test_scalars_for_list_keys_and_free_form_dicts():
         ("actor_rollout_ref.rollout.n=8", "That is verl's name; in megarl it is rollout.n."),
         ("actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
          "in megarl it is actor.megatron.tensor_model_parallel_size"),
-        ("custom_reward_function.path=r.py", "reward.function (write path/to/file.py:function_name)"),
+        ("custom_reward_function.path=r.py", "reward.function (path/to/file.py:function_name: verl's path and name joined)"),
         ("trainer.default_local_dir=/x", "in megarl it is trainer.output_dir"),
         ("zzz.qqq=1", "See `megarl train --help-keys`"),
         ("actor.ppo_mini_batch_size=many", "actor.ppo_mini_batch_size: Value 'many' of type 'str' could not be converted"),
         ("actor.use_kl_loss=perhaps", "actor.use_kl_loss"),
         ("actor=3", "'actor' is a section"),
         ("rollout.n", "write it as key.sub=value"),
-        ("+rollout.foo=1", "write it as key.sub=value"),
+        ('data.train_files="a"/b.parquet', "the value '\"a\"/b.parquet' is not one YAML value"),
+        ("~rollout.n", "write it as key.sub=value"),
+        ("+++rollout.n=2", "write it as key.sub=value"),
+        ("+rollout.foo=1", "unknown key 'rollout.foo'"),
+        ("++actor_rollout_ref.model.enable_gradient_checkpointing=True",
+         "in megarl it is actor.megatron.recompute_granularity (true is full recomputation)."),
+        ("actor_rollout_ref.actor.fsdp_config.param_offload=True", "in megarl it is actor.megatron.param_offload"),
+        ("actor_rollout_ref.actor.fsdp_config.fsdp_size=8", "megarl has no counterpart: an FSDP sharding setting"),
+        ("actor_rollout_ref.rollout.ignore_eos=True", "megarl has no rollout.ignore_eos."),
     ],
 )
 def test_bad_overrides_name_the_key_and_fix(override, message):
@@ -133,14 +140,13 @@ def test_ranks_saving_the_config_at_once_do_not_collide(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["config.yaml"]
 
 
-def test_verl_translation_table_points_at_real_keys():
-    for verl_key in VERL_RENAMES:
-        assert translate_verl_key(verl_key).split(" ")[0] in RL_RECIPE.keys, verl_key
-    for ours in VERL_PREFIXES.values():
-        assert ours.rstrip(".") in RL_RECIPE.keys or any(k.startswith(ours) for k in RL_RECIPE.keys)
-    assert translate_verl_key("actor_rollout_ref.rollout.val_kwargs.temperature") == "rollout.val_kwargs.temperature"
-    assert translate_verl_key("actor_rollout_ref.rollout.mode") == "rollout.mode"
-    assert translate_verl_key("data.train_batch_size") is None
+def test_hydra_plus_overrides_of_megarl_keys_are_read_as_those_keys():
+    notes = []
+    cfg = load_config(overrides=["++rollout.n=8", "+trainer.val_before_train=False", "data.train_batch_size=128"],
+                      notes=notes)
+    assert (cfg.rollout.n, cfg.trainer.val_before_train, cfg.data.train_batch_size) == (8, False, 128)
+    assert notes == ["note: read ++rollout.n, +trainer.val_before_train as megarl's rollout.n, "
+                     "trainer.val_before_train (megarl needs no Hydra +/++)"]
 
 
 def test_every_key_is_described():

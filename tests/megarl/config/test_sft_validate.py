@@ -3,7 +3,6 @@ import json
 import pytest
 
 from megarl.config import SFT_RECIPE, ConfigError, SFTConfig, describe_keys, load_config, save_config
-from megarl.config.verl_keys import VERL_SFT_RENAMES, translate_verl_sft_key
 
 
 def load(*overrides, recipe=None):
@@ -47,12 +46,6 @@ def test_verl_and_rl_spellings_point_at_the_sft_key():
     ]
 
 
-def test_verl_sft_translation_table_points_at_real_keys():
-    for verl_key in VERL_SFT_RENAMES:
-        assert translate_verl_sft_key(verl_key).split(" ")[0] in SFT_RECIPE.keys, verl_key
-    assert translate_verl_sft_key("data.train_batch_size") is None
-
-
 def test_batches_must_split_over_data_parallel_ranks_and_micro_batches():
     msg = one_problem("trainer.n_gpus_per_node=4", "data.train_batch_size=6")
     assert msg == ("data.train_batch_size=6 cannot be split over 4 data-parallel ranks (GPUs / model-parallel "
@@ -74,9 +67,16 @@ def test_choices_and_sizes():
     assert found[3:] == ["data.max_length=0 must be at least 1", "data.micro_batch_size_per_gpu=0 must be at least 1"]
 
 
+def test_optimizer_ranges():
+    found = problems("optim.lr=-1", "optim.betas=[0.9,1.0]", "optim.weight_decay=-1")
+    assert found == ["optim.lr=-1.0 must be > 0", "optim.weight_decay=-1.0 must be ≥ 0",
+                     "optim.betas[1]=1.0 must be in [0, 1)"]
+
+
 def test_checks_against_the_model_config(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"num_attention_heads": 4, "num_key_value_heads": 2,
-                                                      "num_hidden_layers": 2, "max_position_embeddings": 256}))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen3", "num_attention_heads": 4,
+                                                      "num_key_value_heads": 2, "num_hidden_layers": 2,
+                                                      "max_position_embeddings": 256}))
     found = problems(f"model.path={tmp_path}", "data.max_length=512", "trainer.n_gpus_per_node=4",
                      "data.train_batch_size=4", "actor.megatron.tensor_model_parallel_size=4")
     assert "actor.megatron.tensor_model_parallel_size=4 must divide the model's 4 attention heads and 2" in found[0]

@@ -9,6 +9,7 @@ import pytest
 from megarl import train
 from megarl.models.shapes import SHAPES
 from megarl.plan import check
+from tests.helpers import make_tokenizer
 
 
 @pytest.fixture
@@ -17,6 +18,7 @@ def qwen3_8b_run(tmp_path, monkeypatch):
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps(SHAPES["qwen3-8b"]))
+    make_tokenizer(model)
     data = tmp_path / "train.parquet"
     datasets.Dataset.from_list([{"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": "q"}],
                                  "reward_model": {"ground_truth": "1"}}]).to_parquet(str(data))

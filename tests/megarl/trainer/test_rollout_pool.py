@@ -12,7 +12,7 @@ from functools import partial
 
 from megarl.trainer.loop import Roles, timed
 from parallel.topology import free_port
-from tests.helpers import overrides, read_metrics, run_command
+from tests.helpers import ENV, overrides, read_metrics, run_command
 
 POOL = ["rollout.enable_resource_pool=true", "rollout.n_gpus_per_node=1", "trainer.n_gpus_per_node=1"]
 # The engines' log-probs are an older policy's a step ahead: the engine/trainer gate does not apply.
@@ -59,7 +59,7 @@ def torchrun(processes: int) -> list[str]:
             str(free_port())]
 
 
-def train(setup, out, *extra, launcher=(sys.executable,)):
+def train(setup, out, *extra, launcher=(sys.executable,), env: dict | None = None):
     """The tiny GRPO run; under Ray unless `launcher` starts it (torchrun(N))."""
     reward = out.parent / "length_reward.py"
     reward.write_text(LENGTH_REWARD)
@@ -67,7 +67,7 @@ def train(setup, out, *extra, launcher=(sys.executable,)):
                         *overrides(setup, out, "algorithm.adv_estimator=grpo", "rollout.n=4", "actor.optim.lr=3e-3",
                                    "trainer.total_training_steps=3", "trainer.n_gpus_per_node=1",
                                    f"reward.function={reward}:compute_score", "reward.workers=1", *extra)],
-                       timeout=480)
+                       timeout=480, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-5000:]
     return read_metrics(out)
 
@@ -120,8 +120,11 @@ def test_the_sync_after_a_generation_in_flight_times_its_wait_apart():
 def test_under_torchrun_the_engines_pool_serves_the_trainers_processes(setup, tmp_path):
     """torchrun starts the trainer's process and the engine's; the engine's serves the trainer's calls
     (parallel/served_backend.py): in turn exactly as colocated, and a step ahead with the lag."""
-    colocated = train(setup, tmp_path / "colocated", launcher=torchrun(1))
-    pooled = train(setup, tmp_path / "pooled", *POOL, launcher=torchrun(2))
+    # torchrun gives each of several processes one CPU thread: the one-process run gets one too, so that both runs'
+    # reductions (the engine's and the trainer's log-probs) add up in the same order.
+    one_thread = {**ENV, "OMP_NUM_THREADS": "1"}
+    colocated = train(setup, tmp_path / "colocated", launcher=torchrun(1), env=one_thread)
+    pooled = train(setup, tmp_path / "pooled", *POOL, launcher=torchrun(2), env=one_thread)
     assert comparable(pooled) == comparable(colocated)
     ahead = train(setup, tmp_path / "ahead", *AHEAD, launcher=torchrun(2))
     assert [s["rollout_corr/staleness"] for s in ahead] == [0.0, 1.0, 1.0]

@@ -24,6 +24,7 @@ def main():
     from megarl.placement import MAIN_POOL, start_workers
     from megarl.rollout.batch import prompt_batch
     from megarl.rollout.gates import logprob_agreement
+    from megarl.trainer.loop import Roles
     from megarl.workers.actor import ActorWorker
     from megarl.workers.inputs import role_inputs
     from megarl.workers.rollout import RolloutWorker
@@ -39,7 +40,7 @@ def main():
         inputs = role_inputs(cfg, total_steps=1)
         actor = cluster[MAIN_POOL].spawn("actor", ActorWorker, inputs.actor)
         rollout = cluster[MAIN_POOL].spawn("rollout", RolloutWorker, inputs.rollout)
-        sync = rollout.sync_weights()
+        sync = Roles(actor, rollout).sync_weights()
         prompts = prompt_batch({"prompt_ids": [[5, 17, 33, 2, 9], [40, 41, 42], [7, 8], [99, 3, 4, 5]],
                                 "data_source": ["a", "b", "c", "d"]})
         out = rollout.generate(prompts, seed=7)

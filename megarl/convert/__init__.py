@@ -1,0 +1,1 @@
+"""`megarl convert`: a verl launch script as a megarl recipe (shell → verl overrides → recipe lines → YAML)."""
