@@ -4,7 +4,8 @@ trainer.resume_mode=auto, logs exactly the step-3 metrics of an uninterrupted ru
 DAPO's dynamic sampling (which draws a step's prompts in rounds) and overlong shaping; PPO with a critic, an
 adaptive KL controller and DP=2, resumed past a checkpoint left half-written (`global_step_3.partial`) and a corrupt
 tracker file. Both add PPO-ptx, whose pretraining loader resumes too. A checkpoint's actor directory exports to HF (bit-exactness
-of that export is tests/megarl/models/test_checkpoint.py's). Neither the resume nor the export shows library warnings."""
+of that export is tests/megarl/models/test_checkpoint.py's). Neither the resume nor the export shows library
+warnings."""
 
 import json
 import os
