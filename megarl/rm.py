@@ -13,6 +13,7 @@ from megarl.config.rm_schema import RMConfig
 from megarl.data.ranking_dataset import RankingColumns, check_ranking_file
 from megarl.models.tokenizer import load_tokenizer
 from megarl.recipe_command import run_recipe_command
+from megarl.trainer.scaffold import saved_at_end
 from parallel.controller import WorkerError, resolve_launcher
 
 
@@ -36,7 +37,7 @@ def run(cfg: RMConfig) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     return run_recipe_command(argv, RM_RECIPE, "Reward-model training on ranked responses. Overrides use dotted "
                               "keys: megarl rm --recipe R.yaml optim.lr=9e-6", check=check_runnable,
-                              describe=describe, run=run, failures=(WorkerError,))
+                              describe=describe, run=run, failures=(WorkerError,), saved=saved_at_end)
 
 
 if __name__ == "__main__":

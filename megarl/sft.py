@@ -13,6 +13,7 @@ from megarl.config.sft_schema import SFTConfig
 from megarl.data.sft_dataset import check_sft_columns
 from megarl.models.tokenizer import load_tokenizer
 from megarl.recipe_command import run_recipe_command
+from megarl.trainer.scaffold import saved_at_end
 from parallel.controller import WorkerError, resolve_launcher
 
 
@@ -36,7 +37,7 @@ def run(cfg: SFTConfig) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     return run_recipe_command(argv, SFT_RECIPE, "Supervised fine-tuning before RL. Overrides use dotted keys: "
                               "megarl sft --recipe R.yaml optim.lr=2e-5", check=check_runnable, describe=describe,
-                              run=run, failures=(WorkerError,))
+                              run=run, failures=(WorkerError,), saved=saved_at_end)
 
 
 if __name__ == "__main__":

@@ -16,8 +16,9 @@ from megarl.plan.machine import gpu_memory_gib
 from megarl.recipe_command import run_recipe_command
 from megarl.rewards.function import RewardFunctionSpecError, load_reward_function
 from megarl.rewards.scorer import RewardFunctionError
-from megarl.trainer.checkpoint import check_resume_layout, resume_candidate, saved_step
+from megarl.trainer.checkpoint import check_resume_layout, resume_candidate, saved_for_resume, saved_step
 from megarl.trainer.ckpt_disk import disk_warning
+from megarl.trainer.ckpt_manifest import IncompleteCheckpoint
 from megarl.trainer.health import HealthStop
 from megarl.trainer.recovery import EngineFailure
 from megarl.trainer.scaffold import tell
@@ -82,7 +83,8 @@ def main(argv: Sequence[str] | None = None, gpu_gib: float | None = None) -> int
     return run_recipe_command(argv, RL_RECIPE, "Run an RL recipe. Overrides use dotted keys: "
                               "megarl train --recipe R.yaml rollout.n=8",
                               check=partial(check_runnable, gpu_gib=gpu_gib), describe=describe_placement, run=run,
-                              failures=(WorkerError, RewardFunctionError, HealthStop, EngineFailure))
+                              failures=(WorkerError, RewardFunctionError, HealthStop, EngineFailure,
+                                        IncompleteCheckpoint), saved=saved_for_resume)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,10 @@ NOISE = (
     # megatron reads .grad of every parameter; on CPU (parallel/cpu_compat.py) they pass through a torch function mode
     (UserWarning, r"The \.grad attribute of a Tensor that is not a leaf Tensor is being accessed"),
     (UserWarning, r"TypedStorage is deprecated"),  # megatron's grad buffers call .storage()
+    # megatron's checkpoint loading (a resume, `megarl export`) calls torch's deprecated DCP entry point and reads
+    # torch ShardedTensors' attributes
+    (FutureWarning, r"`load_state_dict` is deprecated and will be removed in future versions\. Please use `load`"),
+    (FutureWarning, r"Please use DTensor instead and we are deprecating ShardedTensor"),
     # A process that `python -m megarl.X` starts with the spawn method (SGLang's schedulers) runs megarl.X as its
     # __mp_main__ with megarl.X already imported, and runpy warns of it: 8 lines in a run at TP 2.
     (RuntimeWarning, r"'megarl\.[\w.]+' found in sys\.modules after import of package 'megarl'"),

@@ -38,6 +38,7 @@ class Outcome:
     error_type: str = ""  # the exception's class name, e.g. GroundTruthError
     details: str = ""  # the traceback, for the log
     timed_out: bool = False  # ran past reward.timeout_s
+    output_overflow: int = 0  # bytes the call printed past the console's share (megarl/rewards/pool.py)
 
 
 def call_reward(fn: Callable, sample: dict, kwargs: dict) -> Outcome:

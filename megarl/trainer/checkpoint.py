@@ -195,6 +195,18 @@ def _damage(path: Path) -> str | None:
     return None
 
 
+def saved_for_resume(cfg: MegaRLConfig) -> str:
+    """What a run stopped now leaves to resume from, and how (the end of its last line)."""
+    root = checkpoints_root(cfg)
+    steps = complete_steps(root)
+    if not steps:
+        return (f"no checkpoint was saved yet (trainer.save_freq={cfg.trainer.save_freq}): starting the same command "
+                "again starts afresh")
+    how = ("starting the same command again resumes from it" if cfg.trainer.resume_mode == "auto" else
+           "the same command with trainer.resume_mode=auto resumes from it")
+    return f"the last checkpoint is {step_dir(root, steps[-1])}: {how}"
+
+
 def saved_step(path: Path) -> int:
     """The step the (verified) checkpoint at `path` was saved after."""
     return json.loads((path / TRAINER_STATE).read_text())["step"]
@@ -242,14 +254,15 @@ class Checkpointer:
         if self.is_driver:
             _remove(partial)
             partial.mkdir(parents=True)
-        for name, role in self.roles.items():
-            role.save_checkpoint(str(partial / name))  # returns when every rank of the role has written
+        required = [TRAINER_STATE]
+        for name, role in self.roles.items():  # each returns when every rank of the role has written
+            required += [f"{name}/{file}" for file in role.save_checkpoint(str(partial / name))]
         if not self.is_driver:
             return
         state = {"step": step, "rng": driver_rng, **{name: obj.state_dict() for name, obj in self.state.items()}}
         _write_durably(partial / TRAINER_STATE, json.dumps(state))
         manifest_start = time.perf_counter()  # after the roles' barriers: every rank's files are written
-        _write_durably(partial / MANIFEST, build_manifest(partial))
+        _write_durably(partial / MANIFEST, build_manifest(partial, required))
         manifest_s = time.perf_counter() - manifest_start
         replaced = final.with_name(final.name + TRASH)
         if final.exists():  # saved by an earlier run that this one resumed from before this step

@@ -40,7 +40,7 @@ from megarl.trainer.scaffold import endless, tell, total_steps, validates_at
 from megarl.trainer.validation import Validator
 from megarl.workers.actor import ActorWorker
 from megarl.workers.critic import CriticWorker
-from megarl.workers.inputs import role_inputs
+from megarl.workers.inputs import reward_output_log, role_inputs
 from megarl.workers.reference import ReferenceWorker
 from megarl.workers.reward_model import RewardModelWorker
 from megarl.workers.rollout import RolloutWorker
@@ -232,7 +232,7 @@ def train(cfg: MegaRLConfig) -> None:
              "(raise trainer.total_training_steps or trainer.total_epochs to go on)")
         return
     ptx = pretraining_loader(cfg, tokenizer)
-    scorer = RewardScorer.from_config(tokenizer, cfg.reward)
+    scorer = RewardScorer.from_config(tokenizer, cfg.reward, reward_output_log(cfg))
     kl = cfg.algorithm.kl_ctrl
     kl_controller = make_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
     validator = (Validator(data, cfg.rollout.val_kwargs.n, tokenizer, cfg.trainer.log_samples)

@@ -5,7 +5,7 @@ Each is built from its typed inputs (megarl/workers/inputs.py) and holds its meg
 from megarl.models.checkpoint import load_training_checkpoint, save_training_checkpoint
 from megarl.workers.inputs import ModelSource
 from parallel import topology
-from parallel.dispatch import worker_method
+from parallel.dispatch import Collect, worker_method
 from parallel.worker import Worker
 
 
@@ -19,11 +19,12 @@ def join_mesh(source: ModelSource) -> None:
 class TrainedWorker(Worker):
     """A role whose model is trained (`self.model`, a RoleModel with an optimizer): its training checkpoints."""
 
-    @worker_method()
-    def save_checkpoint(self, path: str) -> None:
-        """Weights, optimizer, LR scheduler and RNG states into `path` (megarl/models/checkpoint.py)."""
+    @worker_method(collect=Collect.RANK_ZERO)
+    def save_checkpoint(self, path: str) -> list[str]:
+        """Weights, optimizer, LR scheduler and RNG states into `path` (megarl/models/checkpoint.py); returns the
+        files the checkpoint must hold, relative to `path`."""
         with self.model.weights_in_use():
-            save_training_checkpoint(self.model, path)
+            return save_training_checkpoint(self.model, path)
 
     @worker_method()
     def load_checkpoint(self, path: str) -> None:

@@ -1,9 +1,12 @@
 import json
+import os
+import socket
 
 import datasets
 import pytest
 
 from megarl.config import load_config
+from megarl.run_lock import LOCK_NAME, RunLock
 from megarl.train import main
 from tests.helpers import make_tokenizer
 
@@ -166,3 +169,15 @@ def test_checkpoints_that_will_not_fit_on_disk_are_a_warning_at_start(runnable, 
     assert "free: set trainer.max_ckpt_to_keep=" in warning or "not even one fits there" in warning
     assert main(["--dry-run", *runnable, "trainer.total_training_steps=400", "trainer.save_freq=1"]) == 0
     assert "warning" not in capsys.readouterr().err  # the tiny model's 400 checkpoints fit
+
+
+def test_an_output_dir_another_run_holds_is_refused_in_one_line_naming_it(runnable, tmp_path, capsys):
+    holder = RunLock(tmp_path / "run")  # as a run started before holds it
+    assert main(["--dry-run", *runnable]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: trainer.output_dir={tmp_path / 'run'} is in use by another run (host "
+                          f"{socket.gethostname()}, pid {os.getpid()}, since ") and err.count("\n") == 1
+    assert not (tmp_path / "run" / "config.yaml").exists()  # the running run's config stays its own
+    holder.release()
+    assert main(["--dry-run", *runnable]) == 0
+    assert not (tmp_path / "run" / LOCK_NAME).exists()  # released at the end
