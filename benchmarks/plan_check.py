@@ -12,6 +12,11 @@ full-length responses) and split as megarl splits them: the largest micro-batch 
 is then also planned at it: `megarl plan` takes the recipe's worst case (every prompt at max_prompt_length, or a full
 token budget), which runs of GSM8K's shorter prompts need not reach; planned at the run's own micro-batches the
 error is the memory model's alone. --out appends the comparisons as `what: plan` rows.
+
+Rows measure the code of their commit. A phase that a later commit changed (its memory, or how it is measured) is
+marked `superseded by` that commit and left out of the verdict (benchmarks/superseded.py lists the changes and the
+configurations each touched); the summary at the end gives, per row, the worst error over the phases that still
+describe today's code, at the recipe's worst case and at the run's own micro-batches.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from pathlib import Path
 
 from plan_rows import plan_row
 from rl_memory import REPO, parse_args as memory_args, recipe_overrides
+from superseded import superseded
 
 from megarl.config import load_config
 from megarl.plan.calibration import GIB
@@ -67,6 +73,8 @@ def compare(row: dict, micro_batches: dict[str, int] | None = None) -> tuple[lis
     cfg, args = run_config(row)
     gpu_gib = args.gpu_cap_gib or GPU_GIB[row["machine"]]
     plan = plan_row(cfg, row, gpu_gib, 1000.0, args.shape, args.layers, micro_batches)
+    gone = superseded(row, cfg, REPO)
+    plan["superseded"] = {name: commits for name, commits in gone.items() if name in plan["phases"]}
     lines = [f"{row['label']} ({row['commit']}, {row['machine']}, {gpu_gib:g} GiB)"]
     for name, phase in plan["phases"].items():
         reserved = row["memory_gb"].get(f"memory/{name}/reserved_gb")
@@ -76,9 +84,36 @@ def compare(row: dict, micro_batches: dict[str, int] | None = None) -> tuple[lis
         split = (f"  trainer reserved {reserved * 1e9 / GIB:6.2f}, outside it "
                  f"{phase['measured_gib'] - reserved * 1e9 / GIB:6.2f}" if reserved is not None else "")
         split += f", its tensors {allocated * 1e9 / GIB:6.2f}" if allocated is not None else ""
+        split += f"  superseded by {', '.join(gone[name])}" if name in gone else ""
         lines.append(f"  {name:13} plan {phase['predicted_gib']:7.2f}  measured {phase['measured_gib']:7.2f}  "
                      f"{phase['error']:+6.1%}{at_run}{split}")
     return lines, plan
+
+
+def worst_current(plan: dict, key: str = "error") -> tuple[str, float] | None:
+    """The phase of `plan` (a `what: plan` row) with the largest |`key`| among those no later commit superseded."""
+    current = [(name, phase[key]) for name, phase in plan["phases"].items()
+               if name not in plan["superseded"] and key in phase]
+    return max(current, key=lambda item: abs(item[1]), default=None)
+
+
+def summary(plans: list[dict]) -> list[str]:
+    """Per row, the worst error over its current phases (worst case; at the run's micro-batches), or what
+    superseded every phase it measured."""
+    lines = ["", "summary: the worst error over the phases that describe today's code (worst case; at the run's "
+             "micro-batches)"]
+    for plan in plans:
+        name = f"{plan['measured_row']} ({plan['commit'].split()[0][:7]}, {plan['machine']})"
+        worst, at_run = worst_current(plan), worst_current(plan, "error_at_run_micro_batch")
+        if worst is None:
+            commits = sorted({c for cs in plan["superseded"].values() for c in cs})
+            lines.append(f"  {name:50} superseded in every phase, by {', '.join(commits)}")
+            continue
+        text = f"{worst[0]} {worst[1]:+.1%}" + (f"; {at_run[0]} {at_run[1]:+.1%}" if at_run else "")
+        within = abs((at_run or worst)[1]) <= 0.10
+        lines.append(f"  {name:50} {text:40} {'within' if within else 'OUTSIDE'} ±10 %"
+                     + (f"; superseded: {', '.join(plan['superseded'])}" if plan["superseded"] else ""))
+    return lines
 
 
 def largest_micro_batches(row: dict, data: Path, work: Path) -> dict[str, int]:
@@ -138,6 +173,7 @@ def main() -> int:
             print(f"  largest micro-batches (tokens): {micro_batches}")
         plan["command"] = "python benchmarks/plan_check.py " + " ".join(sys.argv[1:])
         rows.append(plan)
+    print("\n".join(summary(rows)))
     if args.out:
         existing = json.loads(args.out.read_text()) if args.out.exists() else []
         args.out.write_text(json.dumps(existing + rows, indent=1) + "\n")

@@ -11,13 +11,16 @@ from typing import Sequence
 from megarl.config import RM_RECIPE, check_inputs_exist
 from megarl.config.rm_schema import RMConfig
 from megarl.data.ranking_dataset import RankingColumns, check_ranking_file
+from megarl.models.tokenizer import load_tokenizer
 from megarl.recipe_command import run_recipe_command
+from megarl.trainer.scaffold import saved_at_end
 from parallel.controller import WorkerError, resolve_launcher
 
 
 def check_runnable(cfg: RMConfig) -> None:
     check_inputs_exist([("model.path", cfg.model.path)], cfg.data.train_files, cfg.data.val_files,
                        partial(check_ranking_file, columns=RankingColumns.of(cfg.data)))
+    load_tokenizer(cfg.model)
 
 
 def describe(cfg: RMConfig) -> str:
@@ -34,7 +37,7 @@ def run(cfg: RMConfig) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     return run_recipe_command(argv, RM_RECIPE, "Reward-model training on ranked responses. Overrides use dotted "
                               "keys: megarl rm --recipe R.yaml optim.lr=9e-6", check=check_runnable,
-                              describe=describe, run=run, failures=(WorkerError,))
+                              describe=describe, run=run, failures=(WorkerError,), saved=saved_at_end)
 
 
 if __name__ == "__main__":

@@ -11,13 +11,16 @@ from typing import Sequence
 from megarl.config import SFT_RECIPE, check_inputs_exist
 from megarl.config.sft_schema import SFTConfig
 from megarl.data.sft_dataset import check_sft_columns
+from megarl.models.tokenizer import load_tokenizer
 from megarl.recipe_command import run_recipe_command
+from megarl.trainer.scaffold import saved_at_end
 from parallel.controller import WorkerError, resolve_launcher
 
 
 def check_runnable(cfg: SFTConfig) -> None:
     check_inputs_exist([("model.path", cfg.model.path)], cfg.data.train_files, cfg.data.val_files,
                        partial(check_sft_columns, prompt_key=cfg.data.prompt_key, response_key=cfg.data.response_key))
+    load_tokenizer(cfg.model)
 
 
 def describe(cfg: SFTConfig) -> str:
@@ -34,7 +37,7 @@ def run(cfg: SFTConfig) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     return run_recipe_command(argv, SFT_RECIPE, "Supervised fine-tuning before RL. Overrides use dotted keys: "
                               "megarl sft --recipe R.yaml optim.lr=2e-5", check=check_runnable, describe=describe,
-                              run=run, failures=(WorkerError,))
+                              run=run, failures=(WorkerError,), saved=saved_at_end)
 
 
 if __name__ == "__main__":

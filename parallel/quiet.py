@@ -10,7 +10,6 @@ in the driver, in every torchrun rank and in every Ray worker process (which imp
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import warnings
 
@@ -23,6 +22,10 @@ NOISE = (
     # megatron reads .grad of every parameter; on CPU (parallel/cpu_compat.py) they pass through a torch function mode
     (UserWarning, r"The \.grad attribute of a Tensor that is not a leaf Tensor is being accessed"),
     (UserWarning, r"TypedStorage is deprecated"),  # megatron's grad buffers call .storage()
+    # megatron's checkpoint loading (a resume, `megarl export`) calls torch's deprecated DCP entry point and reads
+    # torch ShardedTensors' attributes
+    (FutureWarning, r"`load_state_dict` is deprecated and will be removed in future versions\. Please use `load`"),
+    (FutureWarning, r"Please use DTensor instead and we are deprecating ShardedTensor"),
     # A process that `python -m megarl.X` starts with the spawn method (SGLang's schedulers) runs megarl.X as its
     # __mp_main__ with megarl.X already imported, and runpy warns of it: 8 lines in a run at TP 2.
     (RuntimeWarning, r"'megarl\.[\w.]+' found in sys\.modules after import of package 'megarl'"),
@@ -50,9 +53,14 @@ def be_verbose() -> None:
             del os.environ[variable]
 
 
-def accelerators_notice() -> str | None:
-    """One line for a run without Transformer Engine (None with it)."""
-    if importlib.util.find_spec("transformer_engine") is not None:
-        return None
+def accelerators_notice(installed: bool, asked: bool) -> str | None:
+    """One line for a run without Transformer Engine, or with it `installed` and not `asked` for by any role's
+    megatron.transformer_impl (None when it is used)."""
+    if installed:
+        if asked:
+            return None
+        return ("note: Transformer Engine is installed but not used: megarl runs its tested local layers "
+                "(megatron.transformer_impl auto or local); set actor.megatron.transformer_impl=transformer_engine "
+                "for TE's, not yet verified by megarl's GPU tests")
     return ("note: Transformer Engine and Apex are not installed: megatron runs its local layers (torch norms and "
             "attention, unfused kernels), slower on GPUs; `pip install -e \".[accel]\"` adds them where they build")

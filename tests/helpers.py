@@ -185,6 +185,52 @@ def read_metrics(out):
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+def wait_for(done, proc: subprocess.Popen, log: Path, what: str, timeout_s: float = 300) -> None:
+    """Until `done()`, while the run `proc` (its console in `log`) goes on."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert proc.poll() is None, f"the run ended before {what}:\n{log.read_text()[-4000:]}"
+        assert time.monotonic() < deadline, f"no {what} in {timeout_s} s:\n{log.read_text()[-4000:]}"
+        time.sleep(0.2)
+
+
+def wait_for_steps(proc: subprocess.Popen, metrics: Path, log: Path, steps: int = 2, timeout_s: float = 300) -> None:
+    wait_for(lambda: metrics.is_file() and metrics.read_text().count("\n") >= steps, proc, log, f"{steps} steps",
+             timeout_s)
+
+
+def process_tree(pid: int) -> list:
+    """The process `pid` and every process under it, and every other member of its process group (psutil
+    Processes, which compare by pid and start time)."""
+    import psutil
+
+    root = psutil.Process(pid)
+    tree = {root, *root.children(recursive=True)}
+    for process in psutil.process_iter():
+        try:
+            if os.getpgid(process.pid) == os.getpgid(pid):
+                tree.add(process)
+        except (ProcessLookupError, psutil.Error):
+            pass
+    return sorted(tree, key=lambda p: p.pid)
+
+
+def left_running(processes: list, grace_s: float = 10.0) -> list[str]:
+    """Those of `processes` still running (not zombies) after up to `grace_s` seconds, described."""
+    import psutil
+
+    def running(process) -> bool:
+        try:
+            return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    deadline = time.monotonic() + grace_s
+    while any(map(running, processes)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return [f"{p.pid} {' '.join(p.cmdline())[:150]}" for p in processes if running(p)]
+
+
 CHROMIUM = shutil.which("chromium")  # Debian's headless browser, which .ci/run installs
 
 

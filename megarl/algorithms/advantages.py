@@ -25,10 +25,12 @@ def _group_ids(index: Sequence[Any] | torch.Tensor, device: torch.device) -> tor
 
 
 def _group_stats(scores: torch.Tensor, index) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-sample (group mean, unbiased group std, group size), vectorised over groups."""
+    """Per-sample (group mean, unbiased group std, group size) in float64, vectorised over groups: the squares of
+    float32 scores above ~1.8e19 overflow float32, which made every std infinite and every advantage 0."""
     gid = _group_ids(index, scores.device)
     if gid.numel() != scores.numel():
         raise ValueError(f"index has {gid.numel()} group ids for {scores.numel()} samples")
+    scores = scores.double()
     num_groups = int(gid.max()) + 1 if gid.numel() else 0
     zeros = scores.new_zeros(num_groups)
     size = zeros.scatter_add(0, gid, torch.ones_like(scores))
@@ -83,7 +85,7 @@ def compute_grpo_outcome_advantage(
         advantage = scores - mean
         if norm_adv_by_std_in_grpo:
             advantage = advantage / (std + epsilon)
-        advantages = advantage.unsqueeze(-1) * response_mask
+        advantages = advantage.to(token_level_rewards.dtype).unsqueeze(-1) * response_mask
     return advantages, advantages
 
 
@@ -98,8 +100,8 @@ def compute_rloo_outcome_advantage(
         scores = token_level_rewards.sum(dim=-1)
         mean, _, size = _group_stats(scores, index)
         leave_one_out = (scores - mean) * size / (size - 1).clamp(min=1)
-        advantage = torch.where(size > 1, leave_one_out, scores)
-        advantages = advantage.unsqueeze(-1) * response_mask
+        advantage = torch.where(size > 1, leave_one_out, scores.double())
+        advantages = advantage.to(token_level_rewards.dtype).unsqueeze(-1) * response_mask
     return advantages, advantages
 
 
@@ -132,7 +134,7 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
         scores = token_level_rewards.sum(dim=-1)
         mean, _, size = _group_stats(scores, index)
         baseline = torch.where(size > 1, mean, torch.zeros_like(mean))
-        advantages = (scores - baseline).unsqueeze(-1) * response_mask
+        advantages = (scores - baseline).to(token_level_rewards.dtype).unsqueeze(-1) * response_mask
         advantages = masked_whiten(advantages, response_mask) * response_mask
     return advantages, advantages
 

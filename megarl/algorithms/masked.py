@@ -31,8 +31,12 @@ def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) 
 
 
 def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
-    mean, var = masked_mean(values, mask), masked_var(values, mask)
-    whitened = (values - mean) * torch.rsqrt(var + 1e-8)
+    """`values` shifted to mean 0 and scaled to variance 1 over the masked positions, in `values`' dtype. The
+    statistics are float64's: the square of a float32 value above ~1.8e19 overflows float32, and an infinite
+    variance would whiten every value to 0 (or NaN)."""
+    wide = values.double()
+    mean, var = masked_mean(wide, mask), masked_var(wide, mask)
+    whitened = (wide - mean) * torch.rsqrt(var + 1e-8)
     if not shift_mean:
         whitened = whitened + mean
-    return whitened
+    return whitened.to(values.dtype)

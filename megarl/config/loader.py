@@ -219,9 +219,8 @@ def to_yaml(config: Any) -> str:
 
 
 def save_config(config: Any, directory: str | Path) -> Path:
-    """Write the resolved config as `config.yaml` in `directory`; it loads back as a recipe.
-
-    Every torchrun rank writes it: each through its own temporary file, so the atomic replaces cannot collide."""
+    """Write the resolved config as `config.yaml` in `directory` (through a temporary file, replaced atomically); it
+    loads back as a recipe. The process that owns the run's directory writes it (megarl/recipe_command.py)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / RESOLVED_CONFIG_NAME

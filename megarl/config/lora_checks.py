@@ -20,6 +20,9 @@ def check_lora(cfg, problems: list[str]) -> None:
     if not 0 <= lora.dropout < 1:
         problems.append(f"actor.lora.dropout must be in [0, 1), got {lora.dropout}")
     _check_targets(list(lora.target_modules), problems)
+    if cfg.actor.megatron.transformer_impl == "transformer_engine":
+        problems.append("actor.megatron.transformer_impl=transformer_engine does not apply to a LoRA actor "
+                        "(actor.lora.rank > 0): its adapters are in megatron's local layers. Use auto or local")
     if cfg.actor.megatron.param_offload:
         problems.append("actor.megatron.param_offload does not apply to a LoRA actor (actor.lora.rank > 0): its "
                         "frozen base weights are not in megatron's parameter buffers, which is what it moves. Set "

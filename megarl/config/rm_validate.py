@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from megarl.config.loader import ConfigError, RecipeSchema
+from megarl.config.ranges import check_optim
 from megarl.config.rm_schema import RMConfig
 from megarl.config.validate import (
     LR_DECAY_STYLES,
@@ -33,8 +34,7 @@ def validate_rm_config(cfg: RMConfig) -> None:
 def _check_choices(cfg: RMConfig, problems: list[str]) -> None:
     check_choice(problems, "optim.lr_decay_style", cfg.optim.lr_decay_style, LR_DECAY_STYLES)
     check_megatron_choices(problems, "critic.megatron", cfg.critic.megatron)
-    if len(cfg.optim.betas) != 2:
-        problems.append(f"optim.betas={cfg.optim.betas} must be two numbers, e.g. [0.9, 0.95]")
+    check_optim(problems, "optim", cfg.optim)
     check_run_choices(problems, cfg.trainer)
     for key in ("prompt_key", "responses_key", "chosen_key", "rejected_key"):
         if not getattr(cfg.data, key):

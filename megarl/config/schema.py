@@ -57,6 +57,10 @@ class MegatronConfig:
     # which halves them at the cost of accumulating micro-batches' gradients in bf16 (docs/memory.md)
     grad_reduce_in_fp32: bool = True
     recompute_granularity: Optional[str] = None  # None | full | selective
+    # The transformer layers: megatron-core's local spec with megarl's swaps (the path CI and the GPU tests run), or
+    # Transformer Engine's (transformer_engine: needs TE importable; not yet verified on GPUs). auto: local until
+    # TE's path is verified.
+    transformer_impl: str = "auto"  # auto | local | transformer_engine
 
     @property
     def model_parallel_size(self) -> int:
@@ -301,7 +305,8 @@ class RunConfig:
 
 
 # The checks megarl/trainer/health.py runs, by the names trainer.health.stop_on takes.
-HEALTH_CHECKS = ("ppo_kl", "grad_norm", "entropy_collapse", "response_clipping", "logprob_mismatch", "val_stall")
+HEALTH_CHECKS = ("ppo_kl", "grad_norm", "entropy_collapse", "response_clipping", "logprob_mismatch",
+                 "zero_advantages", "val_stall")
 
 
 @dataclass(frozen=True)

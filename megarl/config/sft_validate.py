@@ -4,12 +4,14 @@ schema that `load_config` loads with them."""
 from __future__ import annotations
 
 from megarl.config.loader import ConfigError, RecipeSchema
+from megarl.config.ranges import check_optim
 from megarl.config.sft_schema import SFTConfig
 from megarl.config.validate import (
     LR_DECAY_STYLES,
     check_choice,
     check_megatron_choices,
     check_mesh_fits_model,
+    check_model_type,
     check_positive,
     check_run_choices,
     divisors,
@@ -35,8 +37,7 @@ def _check_choices(cfg: SFTConfig, problems: list[str]) -> None:
     check_choice(problems, "data.truncation", cfg.data.truncation, SFT_TRUNCATIONS)
     check_choice(problems, "optim.lr_decay_style", cfg.optim.lr_decay_style, LR_DECAY_STYLES)
     check_megatron_choices(problems, "actor.megatron", cfg.actor.megatron)
-    if len(cfg.optim.betas) != 2:
-        problems.append(f"optim.betas={cfg.optim.betas} must be two numbers, e.g. [0.9, 0.95]")
+    check_optim(problems, "optim", cfg.optim)
     check_run_choices(problems, cfg.trainer)
     if not cfg.data.response_key:
         problems.append("data.response_key is empty: name the column holding the responses, e.g. extra_info.answer")
@@ -84,6 +85,7 @@ def check_trainer_model(problems: list[str], role: str, cfg) -> None:
     if hf is None:
         return
     where = f"{cfg.model.path}/config.json"
+    check_model_type(problems, "model.path", cfg.model.path, hf)
     check_mesh_fits_model(problems, role, getattr(cfg, role).megatron, hf, where)
     max_positions = hf.get("max_position_embeddings")
     if max_positions and cfg.data.max_length > max_positions:

@@ -8,11 +8,13 @@ from pathlib import Path
 from megarl.algorithms import ADV_ESTIMATORS, KL_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSSES
 from megarl.algorithms.rollout_correction import IS_LEVELS, RS_LEVELS
 from megarl.config.lora_checks import check_lora
+from megarl.config.ranges import check_numeric_ranges
 from megarl.config.rollout_validate import check_rollout_placement
 from megarl.config.loader import ConfigError
 from megarl.config.schema import HEALTH_CHECKS, ROLLOUT_MODES, MegaRLConfig, MegatronConfig, RunConfig
 from megarl.data.dataset import TRUNCATIONS
-from megarl.models.shapes import heads_split_problem
+from megarl.models.accelerators import TRANSFORMER_IMPLS, transformer_engine_available
+from megarl.models.shapes import MODEL_TYPES, heads_split_problem
 from megarl.plugins import spec_problems
 from megarl.registry import did_you_mean
 from megarl.rollout import ROLLOUT_BACKENDS
@@ -28,6 +30,7 @@ GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline")
 def validate_config(cfg: MegaRLConfig) -> None:
     problems: list[str] = []
     _check_choices(cfg, problems)
+    check_numeric_ranges(cfg, problems)
     _check_sizes(cfg, problems)
     _check_batches(cfg, problems)
     _check_meshes(cfg, problems)
@@ -66,8 +69,7 @@ def _check_choices(cfg: MegaRLConfig, problems: list[str]) -> None:
         section = getattr(cfg, role)
         check_choice(problems, f"{role}.optim.lr_decay_style", section.optim.lr_decay_style, LR_DECAY_STYLES)
         check_megatron_choices(problems, f"{role}.megatron", section.megatron)
-        if len(section.optim.betas) != 2:
-            problems.append(f"{role}.optim.betas={section.optim.betas} must be two numbers, e.g. [0.9, 0.999]")
+    check_megatron_choices(problems, "reward.model.megatron", cfg.reward.model.megatron)
     check_run_choices(problems, cfg.trainer)
     if cfg.trainer.resume_mode == "resume_path" and not cfg.trainer.resume_from_path:
         problems.append("trainer.resume_mode=resume_path needs trainer.resume_from_path=<checkpoint dir>")
@@ -150,8 +152,12 @@ def run_sizes(trainer: RunConfig) -> dict[str, int]:
 
 
 def check_megatron_choices(problems: list[str], key: str, megatron: MegatronConfig) -> None:
-    """A role's `megatron` section at `key`: its recompute granularity."""
+    """A role's `megatron` section at `key`: its recompute granularity and transformer layers."""
     check_choice(problems, f"{key}.recompute_granularity", megatron.recompute_granularity, RECOMPUTE_GRANULARITIES)
+    check_choice(problems, f"{key}.transformer_impl", megatron.transformer_impl, TRANSFORMER_IMPLS)
+    if megatron.transformer_impl == "transformer_engine" and not transformer_engine_available():
+        problems.append(f"{key}.transformer_impl=transformer_engine needs Transformer Engine, which is not importable "
+                        "here: install it (pip install -e \".[accel]\") or use auto (megarl's tested local layers)")
 
 
 def megatron_sizes(key: str, megatron: MegatronConfig) -> dict[str, int]:
@@ -260,13 +266,6 @@ def _check_reward_weights(cfg: MegaRLConfig, problems: list[str]) -> None:
 
 
 def _check_algorithm(cfg: MegaRLConfig, problems: list[str]) -> None:
-    actor = cfg.actor
-    if actor.clip_ratio_c <= 1.0:
-        problems.append(f"actor.clip_ratio_c={actor.clip_ratio_c} must be > 1.0 (the dual-clip bound)")
-    if not 0 <= actor.clip_ratio_low < 1:
-        problems.append(f"actor.clip_ratio_low={actor.clip_ratio_low} must be in [0, 1)")
-    if actor.clip_ratio_high < 0:
-        problems.append(f"actor.clip_ratio_high={actor.clip_ratio_high} must be ≥ 0")
     kl_ctrl = cfg.algorithm.kl_ctrl
     if kl_ctrl.type == "adaptive" and (kl_ctrl.target_kl <= 0 or kl_ctrl.horizon <= 0):
         problems.append("algorithm.kl_ctrl.type=adaptive needs kl_ctrl.target_kl > 0 and kl_ctrl.horizon > 0")
@@ -353,6 +352,14 @@ def read_hf_config(path: str | None) -> dict | None:
         return None
 
 
+def check_model_type(problems: list[str], key: str, path: str, hf: dict) -> None:
+    """`key`'s model (its config.json `hf`, read from `path`) is of a family megarl builds."""
+    model_type = hf.get("model_type")
+    if model_type not in MODEL_TYPES:
+        problems.append(f"{key}={path}: model_type {model_type!r} ({path}/config.json) is not an architecture megarl "
+                        f"builds ({', '.join(MODEL_TYPES)}): start from a checkpoint of one of those families")
+
+
 def check_mesh_fits_model(problems: list[str], role: str, megatron: MegatronConfig, hf: dict, where: str) -> None:
     _check_tp_splits_heads(problems, f"{role}.megatron.tensor_model_parallel_size",
                            megatron.tensor_model_parallel_size, hf, where)
@@ -377,6 +384,7 @@ def _check_against_model(cfg: MegaRLConfig, problems: list[str]) -> None:
     hf = read_hf_config(cfg.model.path)
     if hf is not None:
         where = f"{cfg.model.path}/config.json"
+        check_model_type(problems, "model.path", cfg.model.path, hf)
         check_mesh_fits_model(problems, "actor", cfg.actor.megatron, hf, where)
         _check_tp_splits_heads(problems, "rollout.tensor_model_parallel_size", cfg.rollout.tensor_model_parallel_size,
                                hf, where)
@@ -389,6 +397,11 @@ def _check_against_model(cfg: MegaRLConfig, problems: list[str]) -> None:
             )
     if cfg.use_critic:
         critic_hf = read_hf_config(cfg.critic.model.path)
+        if critic_hf is not None and cfg.critic.model.path != cfg.model.path:
+            check_model_type(problems, "critic.model.path", cfg.critic.model.path, critic_hf)
         if critic_hf is not None:
             where = f"{cfg.critic.model.path}/config.json"
             check_mesh_fits_model(problems, "critic", cfg.critic.megatron, critic_hf, where)
+    reward_model_hf = read_hf_config(cfg.reward.model.path)
+    if reward_model_hf is not None:
+        check_model_type(problems, "reward.model.path", cfg.reward.model.path, reward_model_hf)

@@ -61,12 +61,13 @@ class RLDataset:
             raise DataError("no data files given: set data.train_files (and data.val_files) to parquet files")
         self.files = [Path(f).expanduser() for f in files]
         self.prompt_key = prompt_key
-        self.tables = [_read_table(f, prompt_key) for f in self.files]
+        read = [read_rl_file(f, prompt_key) for f in self.files]
+        self.tables = [table for table, _ in read]
         self._refs: list[_RowRef] = []
         self._prompt_ids: list[list[int]] = []
         overlong = 0
-        for file_index, table in enumerate(self.tables):
-            for row, prompt in enumerate(table[prompt_key]):
+        for file_index, (_, prompts) in enumerate(read):
+            for row, prompt in enumerate(prompts):
                 ids = encode_prompt(tokenizer, prompt, f"{self.files[file_index]} row {row}")
                 if len(ids) > max_prompt_length:
                     overlong += 1
@@ -117,14 +118,30 @@ def truncate(ids: list[int], max_length: int, mode: str) -> list[int]:
 def encode_prompt(tokenizer, prompt, where: str) -> list[int]:
     """Token ids of a text prompt, or of a chat (a list of {role, content}) through the chat template with the
     generation prompt: what the policy continues, in RL rollouts and in SFT alike."""
+    check_prompt(prompt, where)
     if isinstance(prompt, str):
-        return tokenizer(prompt)["input_ids"]
+        ids = tokenizer(prompt)["input_ids"]
+    elif not getattr(tokenizer, "chat_template", None):
+        raise DataError(f"{where}: the prompt is a chat, but the tokenizer has no chat_template")
+    else:
+        text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if not ids:
+        raise DataError(f"{where}: the prompt encodes to no tokens ({prompt!r:.120})")
+    return ids
+
+
+def check_prompt(prompt, where: str) -> None:
+    """Raise DataError unless `prompt` is non-empty text or a non-empty list of {role, content} messages."""
+    if isinstance(prompt, str):
+        if not prompt:
+            raise DataError(f"{where}: the prompt is empty text: give it a question, or drop the row")
+        return
     if not (isinstance(prompt, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in prompt)):
         raise DataError(f"{where}: the prompt must be text or a list of {{role, content}} messages, got {prompt!r:.120}")
-    if not getattr(tokenizer, "chat_template", None):
-        raise DataError(f"{where}: the prompt is a chat, but the tokenizer has no chat_template")
-    text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
+    if not prompt:
+        raise DataError(f"{where}: the prompt is an empty list of messages: give it at least one {{role, content}} "
+                        "message, or drop the row")
 
 
 def read_parquet(path: Path) -> pa.Table:
@@ -136,7 +153,29 @@ def read_parquet(path: Path) -> pa.Table:
         raise DataError(f"{path} is not a readable parquet file: {e}") from e
     if table.num_rows == 0:
         raise DataError(f"{path} has no rows")
+    try:
+        table.validate(full=True)  # text that is not UTF-8 would fail later, naming no file or row
+    except pa.ArrowInvalid as e:
+        _name_undecodable(path, table)
+        raise DataError(f"{path} is not a readable parquet file: {e}") from e
     return table
+
+
+def _name_undecodable(path: Path, table: pa.Table) -> None:
+    """Raise DataError naming the first row and column of `table` whose text does not decode as UTF-8."""
+    for name in table.column_names:
+        column = table[name]
+        try:
+            column.to_pylist()
+            continue
+        except UnicodeDecodeError:
+            pass
+        for row in range(len(column)):
+            try:
+                column[row].as_py()
+            except UnicodeDecodeError as e:
+                raise DataError(f"{path} row {row}: column {name!r} is not valid UTF-8 ({e.reason} at byte "
+                                f"{e.start}): write the file's text as UTF-8") from None
 
 
 def parquet_schema(path: Path) -> pa.Schema:
@@ -145,6 +184,20 @@ def parquet_schema(path: Path) -> pa.Schema:
         return pq.read_schema(path)
     except (pa.ArrowException, OSError) as e:
         raise DataError(f"{path} is not a readable parquet file: {e}") from e
+
+
+def read_rl_file(path: Path, prompt_key: str) -> tuple[datasets.Dataset, list]:
+    """The RL parquet file at `path` and its prompts, every row's checked (`check_prompt`), or DataError naming the
+    file and the row; `--dry-run` reads each data file through it too."""
+    table = read_parquet(path)
+    check_rl_columns(path, prompt_key)
+    reward_type = table.schema.field("reward_model").type
+    if not (pa.types.is_struct(reward_type) and reward_type.get_field_index("ground_truth") >= 0):
+        raise DataError(f"{path}: column reward_model must be a struct with a ground_truth field, got {reward_type}")
+    prompts = table[prompt_key].to_pylist()
+    for row, prompt in enumerate(prompts):
+        check_prompt(prompt, f"{path} row {row}")
+    return datasets.Dataset(table), prompts
 
 
 def check_rl_columns(path: Path, prompt_key: str) -> None:
@@ -157,15 +210,6 @@ def check_rl_columns(path: Path, prompt_key: str) -> None:
             f"({prompt_key}, data_source, reward_model.ground_truth); `megarl preprocess` writes it"
             + (", or set data.prompt_key to the prompt column" if prompt_key in missing else "")
         )
-
-
-def _read_table(path: Path, prompt_key: str) -> datasets.Dataset:
-    table = read_parquet(path)
-    check_rl_columns(path, prompt_key)
-    reward_type = table.schema.field("reward_model").type
-    if not (pa.types.is_struct(reward_type) and reward_type.get_field_index("ground_truth") >= 0):
-        raise DataError(f"{path}: column reward_model must be a struct with a ground_truth field, got {reward_type}")
-    return datasets.Dataset(table)
 
 
 class PromptLoader:

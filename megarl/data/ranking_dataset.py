@@ -60,8 +60,6 @@ class RankingDataset:
     def _add(self, prompt, responses, labels: Labels, where: str) -> None:
         check_ranking(responses, labels, where)
         prompt_ids = encode_prompt(self.tokenizer, prompt, where)
-        if not prompt_ids:
-            raise DataError(f"{where}: the prompt is empty")
         response_ids = [self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
                         for text in responses]
         longest = max(range(len(response_ids)), key=lambda i: len(response_ids[i]))

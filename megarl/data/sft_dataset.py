@@ -71,8 +71,6 @@ class SFTDataset:
             prompt_ids, text_ids = text_ids[:1], text_ids[1:]
         else:
             prompt_ids = encode_prompt(self.tokenizer, prompt, where)
-            if not prompt_ids:
-                raise DataError(f"{where}: the prompt is empty")
         return prompt_ids, text_ids + [self.tokenizer.eos_token_id]
 
     def __len__(self) -> int:

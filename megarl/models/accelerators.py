@@ -3,6 +3,7 @@ fuses on a GPU."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.util
 from typing import Callable
@@ -10,9 +11,32 @@ from typing import Callable
 import torch
 
 
+TRANSFORMER_IMPLS = ("auto", "local", "transformer_engine")
+
+
 @functools.cache  # asked per packed micro-batch; the answer cannot change within a process
 def transformer_engine_available() -> bool:
     return importlib.util.find_spec("transformer_engine") is not None
+
+
+def uses_transformer_engine(transformer_impl: str) -> bool:
+    """Whether a role's `megatron.transformer_impl` builds Transformer Engine's layers: only when it names them.
+    `auto` is the local spec wherever TE is installed too, until TE's path has been verified on GPUs."""
+    if transformer_impl not in TRANSFORMER_IMPLS:
+        raise ValueError(f"transformer_impl={transformer_impl!r} is not one of {', '.join(TRANSFORMER_IMPLS)}")
+    if transformer_impl == "transformer_engine" and not transformer_engine_available():
+        raise ValueError("transformer_impl=transformer_engine needs Transformer Engine, which is not importable here")
+    return transformer_impl == "transformer_engine"
+
+
+def transformer_engine_asked(config) -> bool:
+    """Whether any megatron section of a recipe's config (a dataclass tree; RL, SFT or reward-model) asks for
+    Transformer Engine's layers."""
+    if not dataclasses.is_dataclass(config):
+        return False
+    if hasattr(config, "transformer_impl"):
+        return config.transformer_impl == "transformer_engine"
+    return any(transformer_engine_asked(getattr(config, f.name)) for f in dataclasses.fields(config))
 
 
 class CompiledOnGPU:

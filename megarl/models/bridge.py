@@ -24,7 +24,7 @@ from mbridge.models.qwen3 import Qwen3Bridge
 from safetensors import safe_open
 from transformers import AutoConfig
 
-from megarl.models.accelerators import transformer_engine_available
+from megarl.models.accelerators import uses_transformer_engine
 from megarl.models.hf_names import EMBEDDING, LM_HEAD, OUTPUT_LAYER, VALUE_HEAD_NAME, hf_names
 from megarl.models.lora import Adapter, is_adapter
 from megarl.models.spec import layer_spec
@@ -140,17 +140,17 @@ class Llama(MegarlBridge, LLaMABridge):
     """Llama: QKV bias as its config says, RoPE scaling."""
 
 
-BRIDGES = {"qwen2": Qwen2, "qwen3": Qwen3, "llama": Llama}
+BRIDGES = {"qwen2": Qwen2, "qwen3": Qwen3, "llama": Llama}  # keyed by the model_types of shapes.MODEL_TYPES
 
 
-def make_bridge(hf_path: str | Path, dtype: torch.dtype, use_transformer_engine: bool | None = None,
-                value_head: bool = False, lora=None, **config_args) -> MegarlBridge:
+def make_bridge(hf_path: str | Path, dtype: torch.dtype, transformer_impl: str = "auto", value_head: bool = False,
+                lora=None, **config_args) -> MegarlBridge:
     """A bridge for the checkpoint at `hf_path`, building models with megarl's layer spec (see MegarlBridge).
 
-    `use_transformer_engine` defaults to whether TE is importable (a LoRA model, `lora` with a rank, runs without
-    it). `config_args` override megatron TransformerConfig fields (e.g. recompute_granularity)."""
-    use_te = transformer_engine_available() if use_transformer_engine is None else use_transformer_engine
-    use_te = use_te and not (lora is not None and lora.rank)
+    `transformer_impl` (a role's `megatron.transformer_impl`): Transformer Engine's layers only where it says
+    transformer_engine (a LoRA model, `lora` with a rank, runs on the local spec). `config_args` override megatron
+    TransformerConfig fields (e.g. recompute_granularity)."""
+    use_te = uses_transformer_engine(transformer_impl) and not (lora is not None and lora.rank)
     hf_config = load_hf_config(hf_path)
     family = BRIDGES.get(hf_config.model_type)
     if family is None:

@@ -8,6 +8,7 @@ files they were built from so that each can be exported on its own (`megarl expo
   a training checkpoint adds:
     DIR/optimizer/   the distributed optimizer's state (dist_checkpointing) and the LR scheduler's
     DIR/rng/rank_NNNNN.json   each rank's random number generators (megarl/rng.py)
+  and its save lists them all (every rank's shards and RNG files), for the manifest of the step it belongs to.
 
 The optimizer state uses megatron's `dp_reshardable` format (megatron-LM's default: every rank writes and reads
 only its own shard, no gathering), which loads into another data-parallel size but not into other tensor,
@@ -33,6 +34,7 @@ from megatron.core.dist_checkpointing.dict_utils import nested_values
 from megatron.core.dist_checkpointing.mapping import ShardedTensor, apply_factories
 from megatron.core.optimizer.distrib_optimizer import HAVE_APEX_OR_TE
 from megatron.core.utils import unwrap_model
+from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
 
 from megarl import rng
@@ -58,9 +60,10 @@ def save_model_checkpoint(model, directory: str | Path) -> None:
     dist.barrier()
 
 
-def save_training_checkpoint(model, directory: str | Path) -> None:
+def save_training_checkpoint(model, directory: str | Path) -> list[str]:
     """Weights, optimizer, LR scheduler and every rank's RNG states: all a role needs to continue training exactly.
-    Every rank calls this; each writes its own shards and RNG file."""
+    Every rank calls this; each writes its own shards and RNG file. Returns, on rank 0, the files the checkpoint must
+    hold (relative to `directory`), for its manifest; [] on the other ranks."""
     directory = Path(directory)
     states = rng.capture()
     _prepare(model, directory, ("model", "optimizer", "rng"))
@@ -68,6 +71,22 @@ def save_training_checkpoint(model, directory: str | Path) -> None:
     dist_checkpointing.save(_optimizer_state(model, is_loading=False), str(directory / "optimizer"))
     (directory / "rng" / f"rank_{dist.get_rank():05d}.json").write_text(json.dumps(states))
     dist.barrier()
+    return training_checkpoint_files(directory, dist.get_world_size()) if dist.get_rank() == 0 else []
+
+
+def training_checkpoint_files(directory: Path, world_size: int) -> list[str]:
+    """What a complete training checkpoint holds: role.json, the copied HF files, each part's torch metadata and
+    every shard file it names (every writing rank's), megatron's metadata and common state, each rank's RNG file. A
+    part whose metadata is gone names only that file."""
+    files = ["role.json", *(f"hf/{name}" for name in HF_METADATA if (directory / "hf" / name).is_file())]
+    for part in ("model", "optimizer"):
+        try:
+            shards = {item.relative_path for item in FileSystemReader(str(directory / part)).read_metadata()
+                      .storage_data.values()}
+        except (OSError, ValueError, pickle.UnpicklingError, EOFError):
+            shards = set()
+        files += [f"{part}/{name}" for name in (".metadata", "metadata.json", "common.pt", *sorted(shards))]
+    return files + [f"rng/rank_{rank:05d}.json" for rank in range(world_size)]
 
 
 def load_model_checkpoint(model, directory: str | Path) -> None:

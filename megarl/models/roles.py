@@ -127,8 +127,8 @@ def _build(hf_path, megatron: MegatronConfig, *, trainable: bool, value_head: bo
         config_args["recompute_granularity"] = megatron.recompute_granularity
         if megatron.recompute_granularity == "full":
             config_args.update(recompute_method="uniform", recompute_num_layers=1)
-    bridge = make_bridge(hf_path, torch.bfloat16 if bf16 else torch.float32, value_head=value_head, lora=lora,
-                         **config_args)
+    bridge = make_bridge(hf_path, torch.bfloat16 if bf16 else torch.float32, megatron.transformer_impl,
+                         value_head=value_head, lora=lora, **config_args)
     callbacks = [make_value_model] if value_head else []
     if bridge.adapter is not None:
         callbacks.append(freeze_base)  # before DDP wraps the model: the frozen weights get no gradient buffers

@@ -8,6 +8,9 @@ from pathlib import Path
 
 import torch
 
+# The HF `model_type`s megarl builds megatron-core models of (megarl/models/bridge.py has a bridge for each).
+MODEL_TYPES = ("llama", "qwen2", "qwen3")
+
 SHAPES = {
     # The tiny CPU recipes' model: 0.35M parameters; the vocabulary is a multiple of 64 as SGLang requires.
     "tiny": dict(

@@ -1,8 +1,9 @@
-"""The layer specs of one pipeline stage: Transformer Engine's when it is importable, else megatron-core's local
-spec with the core attention swapped for SDPAttention, the self-attention for SelfAttentionRotaryInCore (which leaves
-RoPE over packed sequences to SDPAttention), query/key norms (where the model has them) for QKNormFloat32Out, which
-lets RoPE rotate in float32, and the layer for CompiledTransformerLayer, compiled whole on a GPU (swaps through the
-spec, not a fork of the layer; LoRA's layers stay megatron's, uncompiled).
+"""The layer specs of one pipeline stage: Transformer Engine's where the role's `megatron.transformer_impl` names it,
+else (the default, `auto`, too) megatron-core's local spec with the core attention swapped for SDPAttention, the
+self-attention for SelfAttentionRotaryInCore (which leaves RoPE over packed sequences to SDPAttention), query/key
+norms (where the model has them) for QKNormFloat32Out, which lets RoPE rotate in float32, and the layer for
+CompiledTransformerLayer, compiled whole on a GPU (swaps through the spec, not a fork of the layer; LoRA's layers
+stay megatron's, uncompiled).
 
 Both come from megatron-core's `get_gpt_decoder_block_spec`, so both slice the layers per pipeline stage (and
 virtual stage) the same way. With LoRA (`adapter`), the local spec's linear layers are swapped for their LoRA

@@ -20,6 +20,10 @@ CHATML_TEMPLATE = (
 # The tiny recipes' prompts are bare: a 2-layer model should spend its capacity on the task, not on ChatML.
 PLAIN_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+# A tokenizer's vocabulary comes from one of: tokenizer.json (fast), tokenizer.model (SentencePiece), or
+# vocab.json with merges.txt (byte-level BPE).
+VOCABULARY_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "merges.txt")
+PROBE_TEXT = "11+12="  # any tokenizer that has a vocabulary encodes it to some tokens
 
 DEFAULT_CORPUS = (
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May.",
@@ -32,18 +36,38 @@ DEFAULT_CORPUS = (
 
 
 def load_tokenizer(model: ModelConfig):
-    """The recipe's tokenizer, with an error that names the key to fix."""
+    """The recipe's tokenizer, once it is known to encode text and to fit the model's vocabulary, with an error that
+    names the key to fix. (Without tokenizer files, transformers builds an empty tokenizer from config.json alone,
+    which encodes every text to no tokens.)"""
     from transformers import AutoTokenizer
 
-    from megarl.config import ConfigError
+    from megarl.config import ConfigError, read_hf_config
 
     source = model.tokenizer_path or model.path
+    key = "model.tokenizer_path" if model.tokenizer_path else "model.path"
     try:
-        return AutoTokenizer.from_pretrained(source, trust_remote_code=model.trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=model.trust_remote_code)
     except (OSError, ValueError) as e:
-        key = "model.tokenizer_path" if model.tokenizer_path else "model.path"
         raise ConfigError(f"{key}={source}: no tokenizer could be loaded from there ({e}); point "
                           "model.tokenizer_path at a directory with the tokenizer files") from e
+    if not tokenizer(PROBE_TEXT)["input_ids"]:
+        raise ConfigError(f"{key}={source}: the tokenizer loaded from there is empty ({PROBE_TEXT!r} encodes to no "
+                          f"tokens): it has {_vocabulary_files(Path(source))}: copy them from the model's source, or "
+                          "point model.tokenizer_path at a directory that has them")
+    vocab_size = (read_hf_config(model.path) or {}).get("vocab_size")
+    if vocab_size and len(tokenizer) > vocab_size:
+        raise ConfigError(f"{key}={source}: the tokenizer has {len(tokenizer)} tokens, more than the model's "
+                          f"vocab_size={vocab_size} ({model.path}/config.json): token ids from {vocab_size} on have "
+                          "no embedding; use the model's own tokenizer")
+    return tokenizer
+
+
+def _vocabulary_files(directory: Path) -> str:
+    """What of a tokenizer's vocabulary files `directory` lacks, in words."""
+    present = [name for name in VOCABULARY_FILES if (directory.expanduser() / name).is_file()]
+    if not present:
+        return "none of the tokenizer files " + ", ".join(VOCABULARY_FILES[:3]) + " + " + VOCABULARY_FILES[3]
+    return f"only {', '.join(present)} of the tokenizer files, which did not load a vocabulary"
 
 
 def build_tokenizer(out_dir: str | Path, corpus: Sequence[str] = DEFAULT_CORPUS, vocab_size: int = 400,

@@ -3,7 +3,8 @@ config.json, with the cheapest change that makes a run fit; `megarl train` runs 
 starts. docs/memory.md describes the model.
 
 Modules, one job each: inputs (what a plan is computed from), shape (parameter counts), tokens (micro-batch sizes),
-activations, state (where weights, gradients and optimizer state are), phases (the per-GPU plan), host (per node),
+activations, state (where weights, gradients and optimizer state are), phases (the per-GPU plan), update (an
+update's peak: its backward or its optimizer step), host (per node),
 result (the typed plan), advice (the cheapest fix), report (the table), calibration (every empirical constant),
 machine (this machine's memory), command (the CLI), check (the launch check)."""
 

@@ -40,21 +40,30 @@ def gpu_tokens(mesh: Mesh, tokens: int) -> int:
     return -(-tokens // mesh.cp)
 
 
-def training_bytes(shape: ModelShape, mesh: Mesh, tokens: int, recompute: str | None) -> int:
-    """Activations held through one micro-batch's backward on the fullest stage. With `full` recomputation
-    (megatron's uniform method, one layer per checkpoint) each layer keeps only its input and one layer's
-    activations exist again while it is recomputed; otherwise every layer keeps its own. Under the 1F1B pipeline
-    schedule the first stage holds `pp` micro-batches in flight. The last stage also keeps the final norm's and the
-    output layer's inputs."""
+def saved_bytes(shape: ModelShape, mesh: Mesh, tokens: int, recompute: str | None) -> int:
+    """What a training micro-batch keeps for its backward on the fullest stage, at the backward's start. With `full`
+    recomputation (megatron's uniform method, one layer per checkpoint) each layer keeps only its input; otherwise
+    every layer keeps its own activations. Under the 1F1B pipeline schedule the first stage holds `pp` micro-batches
+    in flight. The last stage also keeps the final norm's and the output layer's inputs."""
     tokens = gpu_tokens(mesh, tokens)
     layers = shape.layers // mesh.pp
-    one_layer = layer_bytes(shape, mesh.tp, tokens)
     if recompute == "full":
-        per_micro_batch = layers * BF16 * tokens * shape.hidden + one_layer
+        per_micro_batch = layers * BF16 * tokens * shape.hidden
     else:
-        per_micro_batch = layers * one_layer
+        per_micro_batch = layers * layer_bytes(shape, mesh.tp, tokens)
     head = 2 * BF16 * tokens * shape.hidden
     return per_micro_batch * mesh.pp + head
+
+
+def recomputed_bytes(shape: ModelShape, mesh: Mesh, tokens: int, recompute: str | None) -> int:
+    """With `full` recomputation, one layer's activations exist again while its backward runs: later in the backward
+    than the output layer's, whose vocabulary-sized tensors are gone by then. None without recomputation."""
+    return layer_bytes(shape, mesh.tp, gpu_tokens(mesh, tokens)) if recompute == "full" else 0
+
+
+def largest_activation_bytes(shape: ModelShape, mesh: Mesh, tokens: int) -> int:
+    """A layer's largest activation: fc1's output, both halves of the gated MLP, [tokens × 2 ffn/tp] in bf16."""
+    return BF16 * gpu_tokens(mesh, tokens) * 2 * shape.ffn // mesh.tp
 
 
 def forward_bytes(shape: ModelShape, mesh: Mesh, tokens: int) -> int:

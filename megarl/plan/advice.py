@@ -8,7 +8,7 @@ the change is not itself a tight fit; only when no change leaves that room does 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
 from megarl.config import ConfigError, validate_config
@@ -43,6 +43,26 @@ def cheapest_fix(inputs: PlanInputs) -> Advice | None:
             if plan.fits and not plan.tight(room) and _valid(changed):
                 return Advice(tuple(changes.items()), plan)
     return None
+
+
+@dataclass(frozen=True)
+class HostNeed:
+    """Where no change fits a node's host memory: what every GPU phase fits with, and the host memory it needs."""
+
+    advice: Advice | None  # the cheapest change that makes the GPUs fit (None: they fit as the recipe is)
+    per_node: int  # bytes: the largest node's need with it
+
+
+def host_need(inputs: PlanInputs) -> HostNeed | None:
+    """The plan again with host memory unbounded (offloads trade GPU memory for host memory, so host memory can be
+    what nothing else fits); None when even then no change fits the GPUs."""
+    unbounded = replace(inputs, host_bytes=max(inputs.host_bytes, 1 << 60))
+    plan = plan_memory(unbounded)
+    advice = None if plan.fits else cheapest_fix(unbounded)
+    if advice is None and not plan.fits:
+        return None
+    hosts = (advice.plan if advice else plan).hosts
+    return HostNeed(advice, max(host.total for host in hosts))
 
 
 def _candidates(inputs: PlanInputs, room: float) -> Iterator[Changes]:

@@ -47,14 +47,26 @@ class Calibration:
     # those and the trainer's memory, 0.5-0.9 GiB in six runs (0.2 in the LoRA run). The end of a sync, once the
     # KV cache is back, measured within 0.1 GiB of gen in every run, so it is no generation workspace.
     engine_runtime_gib: float = 0.75
+    # Bytes per response and vocabulary entry of a batch SGLang decodes eagerly, above its CUDA graphs' largest batch
+    # (megarl/plan/phases.py, _eager_decode): its logits, sampling and log-prob tensors. Measured in the one run that
+    # decoded eagerly, Qwen3-0.6B GRPO as written (0.6b-tp2-as-written, 02cc2f5, benchmarks/results/
+    # 2026-11-27-memory.json: 1,024 responses per engine, graphs to batch 64): gen's device-wide peak less the
+    # trainer's reservation was 7.91 GiB above the plan's engine and processes. That run is no check of it.
+    eager_decode_bytes_per_entry: float = 54.6
+    # The caching allocator's blocks in an update beyond its live tensors, in blocks the size of the update's largest
+    # tensor (the actor's logits; a critic's largest activation). Measured: reservation less the live tensors' peak
+    # (memory/update_actor/reserved_gb less allocated_gb) in the updates whose rows sampled both and whose backward
+    # sets the peak: 3.39 and 3.38 GiB against 3.43 GiB of logits (3.6B with optimizer offload, 3c047c9, and with
+    # every offload, ab68815), 3.36 against 3.45 (Qwen3-0.6B GRPO as written, 02cc2f5), 3.67-4.16 against 3.28
+    # (Qwen2.5-0.5B PPO, ab68815, 3421a59, 9721eb3): one block.
+    update_cache_blocks: int = 1
     # Measured / modelled trainer activations: backward's temporaries, which the per-tensor formula
     # (megarl/plan/activations.py) does not count. Kept at 1.0: no run has measured activations apart from logits.
     activation_scale: float = 1.0
-    # The largest shortfall of an update's plan against its measurement (docs/memory.md, "Measured at ab68815"): the
-    # updates of Qwen3-0.6B GRPO at TP 2 (10.2 %) and of an 8B proxy with bf16 gradients (13.6 %) reserved allocator
-    # cache that the plan does not count. An update planned within this fraction of its GPU's memory may not fit.
-    # The other phases measured within 3 % (gen once 8.6 % high), and gen fills the engine's share by design.
-    update_shortfall: float = 0.14
+    # An update planned within this fraction of its GPU's memory may not fit: the plan's error bound (issue 41). The
+    # largest shortfall of an update's plan in the rows that describe today's code (benchmarks/plan_check.py;
+    # docs/memory.md) is 8.5 % (7.7 % at the run's micro-batches): all 36 layers of Qwen3-8B at TP 2 (31d96d7).
+    update_shortfall: float = 0.10
     # One weight-sync transfer bucket of parallel/reshard.py (512 MiB), plus the tensor that overflows it.
     sync_bucket_gib: float = 0.75
     # Host memory of one trainer worker process before any pinned copy: Python, torch, megatron, the Ray worker.

@@ -10,8 +10,8 @@ SGLang scheduler process of the GPU's engine rank.
   state stays; the engine's runtime memory comes on top (in the 1 − fraction it leaves).
 - old_log_prob / ref / values: one forward micro-batch (one layer's activations; the log-prob passes add the
   logits in bf16 and fp32 and the log-prob function's chunks); the reference's weights visit the GPU for its pass.
-- update_actor / update_critic: weights, gradients and (unless offloaded) optimizer state, and the activations of
-  one training micro-batch (the actor's also its logits and their fp32 gradient).
+- update_actor / update_critic: weights, gradients and (unless offloaded) optimizer state, and the larger of the
+  backward's tensors with the allocator's cache and the optimizer step's temporaries (megarl/plan/update.py).
 - sync: the engine's weights resumed and filled bucket by bucket while the actor's weights are on the GPU; then the
   KV cache resumes (the larger of the two moments counts).
 Every phase also holds the trainer process's memory outside torch's allocator and what the released engine keeps.
@@ -23,15 +23,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from megarl.plan.activations import forward_bytes, logits_bytes, training_bytes, vocabulary_weight_bytes
+from megarl.plan.activations import forward_bytes, logits_bytes
 from megarl.plan.calibration import GIB, gib
 from megarl.plan.host import host_estimates
 from megarl.plan.inputs import PlanInputs
 from megarl.plan.result import MemoryPlan, Parts, PhaseEstimate
 from megarl.plan.state import RoleState, role_states
 from megarl.plan.tokens import micro_batch_tokens
+from megarl.plan.update import update_estimate
 
 STEP_ORDER = ("gen", "old_log_prob", "ref", "values", "update_critic", "update_actor", "sync")
+UPDATED = {"update_actor": "actor", "update_critic": "critic"}  # an update's phase: the role it trains
 
 
 @dataclass(frozen=True)
@@ -99,13 +101,16 @@ def _phase(inputs: PlanInputs, name: str, pool: str, roles: tuple[RoleState, ...
         return _gen(inputs, base + _resident(roles, "gen"), engine)
     if name == "sync":
         return _sync(inputs, base, roles, engine)
-    return PhaseEstimate(name, pool, base + _resident(roles, name) + _work(inputs, name), inputs.gpu_bytes)
+    if name in UPDATED:
+        state = next(s for s in roles if s.role == UPDATED[name])
+        return update_estimate(inputs, name, pool, base + _resident(roles, name), state)
+    return PhaseEstimate(name, pool, base + _resident(roles, name) + _forward(inputs, name), inputs.gpu_bytes)
 
 
 def _gen(inputs: PlanInputs, held: Parts, engine: Engine, pool: str = "trainer") -> PhaseEstimate:
     cal, cfg = inputs.calibration, inputs.cfg
     parts = held + (("engine weights", engine.weights), ("engine KV cache", max(engine.kv_cache, 0)),
-                    ("engine runtime", gib(cal.engine_runtime_gib)))
+                    ("engine runtime", gib(cal.engine_runtime_gib))) + _eager_decode(inputs, engine)
     problem = None
     if engine.free_at_start > 0 and engine.kv_cache_tokens < inputs.sequence_tokens:  # else the bytes do not fit
         leaves = "the trainer leaves" if pool == "trainer" else "its GPU has"
@@ -114,6 +119,23 @@ def _gen(inputs: PlanInputs, held: Parts, engine: Engine, pool: str = "trainer")
                    f"KV-cache tokens beside its weights, fewer than one sequence ({inputs.sequence_tokens})")
     return PhaseEstimate("gen", pool, parts, inputs.gpu_bytes,
                          note=f"KV cache {engine.kv_cache_tokens:,} tokens", problem=problem)
+
+
+def _eager_decode(inputs: PlanInputs, engine: Engine) -> Parts:
+    """SGLang decodes a batch larger than its CUDA graphs (`cuda_graph_max_bs_decode` in rollout.engine_kwargs)
+    eagerly, its [batch × vocabulary] logits, sampling and log-prob tensors in the engine process's own allocator for
+    the generation (batches up to the cap run in the graphs' pool, which the released engine's footprint holds). The
+    batch: the responses of one engine, or as many as the KV cache holds prompts for. Without a cap in the recipe,
+    SGLang sizes its graphs itself and the plan takes them to cover the batch."""
+    cfg, kwargs = inputs.cfg, inputs.cfg.rollout.engine_kwargs
+    cap = 0 if kwargs.get("disable_cuda_graph") else kwargs.get("cuda_graph_max_bs_decode", kwargs.get("cuda_graph_max_bs"))
+    engines = cfg.rollout_world_size // cfg.rollout.tensor_model_parallel_size
+    responses = -(-cfg.data.generation_batch_size * cfg.rollout.n // engines)
+    batch = min(responses, engine.kv_cache_tokens // cfg.data.max_prompt_length)
+    if cap is None or batch <= cap:
+        return ()
+    per_entry = inputs.calibration.eager_decode_bytes_per_entry
+    return (("engine eager decode", round(per_entry * batch * inputs.policy.vocab)),)
 
 
 def _sync(inputs: PlanInputs, base: Parts, roles: tuple[RoleState, ...], engine: Engine | None) -> PhaseEstimate:
@@ -143,40 +165,13 @@ def _rollout_pool(inputs: PlanInputs, engine: Engine) -> list[PhaseEstimate]:
     return [gen, sync]
 
 
-def _work(inputs: PlanInputs, phase: str) -> Parts:
-    """The phase's own transient memory: activations, and in the actor's passes the vocabulary-sized tensors."""
+def _forward(inputs: PlanInputs, phase: str) -> Parts:
+    """A forward pass's own transient memory: the running layer's activations, and in the actor's and the
+    reference's passes the output layer's bf16 logits [tokens × vocab/tp] (megarl/plan/update.py says why bf16)."""
     cfg, cal = inputs.cfg, inputs.calibration
     tokens = micro_batch_tokens(inputs, phase)
-    if phase in ("values", "update_critic"):
-        shape, mesh, recompute = inputs.critic, inputs.mesh("critic"), cfg.critic.megatron.recompute_granularity
-    else:
-        shape, mesh, recompute = inputs.policy, inputs.mesh("actor"), cfg.actor.megatron.recompute_granularity
-    if phase.startswith("update"):
-        activations = training_bytes(shape, mesh, tokens, recompute)
-    else:
-        activations = forward_bytes(shape, mesh, tokens)
-    parts: Parts = (("activations", round(cal.activation_scale * activations)),)
-    if phase in ("values", "update_critic"):  # the value head's output is one number per token
+    shape, mesh = (inputs.critic, inputs.mesh("critic")) if phase == "values" else (inputs.policy, inputs.mesh("actor"))
+    parts: Parts = (("activations", round(cal.activation_scale * forward_bytes(shape, mesh, tokens))),)
+    if phase == "values":  # the value head's output is one number per token
         return parts
-    weight_grad = vocabulary_weight_bytes(shape, mesh) if phase == "update_actor" else None
-    return parts + _vocabulary(inputs, logits_bytes(shape, mesh, tokens), weight_grad)
-
-
-def _vocabulary(inputs: PlanInputs, logits: int, weight_grad: int | None) -> Parts:
-    """The [tokens × vocab/tp] tensors of a log-prob pass, `logits` bytes each in bf16: the output layer's logits,
-    which stay in bf16 (megarl/models/forward.py asks megatron's Float16Module for no float32 copy) and which the
-    log-prob function keeps for the backward; in an update, their bf16 gradient beside them. (GPTModel's transpose to
-    [batch, tokens, vocab] copies nothing: a packed micro-batch is one row.)
-    `weight_grad` (an update's): the output layer's and the embedding's weight gradient, which megatron without
-    Transformer Engine's fused accumulation computes in bf16 before adding it to the fp32 buffer, one at a time, once
-    the log-prob function's backward has freed the logits. It takes their block when it fits in one (torch's cache does
-    not join separate blocks), and a block of its own when it does not: with fewer tokens per micro-batch than the
-    hidden size.
-    Nothing else: on a GPU the log-prob function's passes are single fused kernels with no float32 temporary
-    (tests/gpu/test_compiled_gpu.py)."""
-    parts: Parts = (("logits", logits),)
-    if weight_grad is not None:
-        parts += (("logit gradient", logits),)
-        if weight_grad > logits:
-            parts += (("vocabulary weight grad", weight_grad),)
-    return parts
+    return parts + (("logits", logits_bytes(shape, mesh, tokens)),)

@@ -3,7 +3,7 @@ a verdict each, what does not fit and the cheapest change that makes it fit."""
 
 from __future__ import annotations
 
-from megarl.plan.advice import Advice
+from megarl.plan.advice import Advice, host_need
 from megarl.plan.calibration import GIB
 from megarl.plan.inputs import PlanInputs
 from megarl.plan.result import HostEstimate, MemoryPlan, Parts, PhaseEstimate
@@ -15,8 +15,8 @@ def render(inputs: PlanInputs, plan: MemoryPlan, advice: Advice | None, model: s
     """`model` says where the model's shape came from (a config.json path, or a shape name)."""
     shortfall = inputs.calibration.update_shortfall
     tight = plan.tight(shortfall)
-    return "\n".join([*_header(inputs, model), "", *_table(plan, tight), "", *_verdict(plan, advice, shortfall),
-                      *tight_warning(tight, shortfall)])
+    return "\n".join([*_header(inputs, model), "", *_table(plan, tight), "",
+                      *_verdict(inputs, plan, advice, shortfall), *tight_warning(tight, shortfall)])
 
 
 def _header(inputs: PlanInputs, model: str) -> list[str]:
@@ -55,22 +55,33 @@ def _largest(parts: Parts, note: str) -> str:
     return f"{text}; {note}" if note else text
 
 
-def _verdict(plan: MemoryPlan, advice: Advice | None, shortfall: float) -> list[str]:
+def _verdict(inputs: PlanInputs, plan: MemoryPlan, advice: Advice | None, shortfall: float) -> list[str]:
     if plan.fits:
         return ["fits: every phase on its GPUs and the host memory of every node"]
     lines = ["does not fit:"]
     for estimate in plan.failing:
         lines.append(f"  - {_shortfall(estimate)}")
     if advice is None:
-        lines.append("no change tried fits (offloads, lower token budgets, a larger TP within a node): more GPUs or "
-                     "nodes, or ones with more memory")
-        return lines
+        return lines + _host_limited(inputs)
     lines.append(f"cheapest change that fits: {' '.join(advice.overrides)}")
     tight = advice.plan.tight(shortfall)
     changed = [f"{_label(e)} {e.total / GIB:.1f} GiB{' (tight)' if e in tight else ''}"
                for e in (*advice.plan.phases, *advice.plan.hosts) if any(_label(f) == _label(e) for f in plan.failing)]
     lines.append(f"  with it: {', '.join(changed)}")
     return lines
+
+
+def _host_limited(inputs: PlanInputs) -> list[str]:
+    """No change fits: say whether host memory is what none fits, and how much a node needs."""
+    need = host_need(inputs)
+    if need is None:
+        return ["no change tried fits (offloads, lower token budgets, a larger TP within a node): more GPUs or nodes, "
+                "or ones with more memory"]
+    gpus = (f"with {' '.join(need.advice.overrides)} every GPU phase fits" if need.advice
+            else "every GPU phase fits as the recipe is")
+    return [f"host memory is the limit: a node needs {need.per_node / GIB:.1f} GiB, more than its "
+            f"{inputs.host_bytes / GIB:.1f} (--host-memory GiB plans a node of another size; by default this machine's)",
+            f"  {gpus}"]
 
 
 def tight_warning(tight: tuple[PhaseEstimate, ...], shortfall: float) -> list[str]:

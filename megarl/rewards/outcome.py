@@ -12,6 +12,8 @@ import torch
 
 from megarl.registry import UnknownNameError
 
+FLOAT32_MAX = torch.finfo(torch.float32).max
+
 
 class AnswerSpan(NamedTuple):
     """The answer a scorer read off a response, and where: `response[start:end]` (text may be normalised)."""
@@ -36,11 +38,13 @@ class Outcome:
     error_type: str = ""  # the exception's class name, e.g. GroundTruthError
     details: str = ""  # the traceback, for the log
     timed_out: bool = False  # ran past reward.timeout_s
+    output_overflow: int = 0  # bytes the call printed past the console's share (megarl/rewards/pool.py)
 
 
 def call_reward(fn: Callable, sample: dict, kwargs: dict) -> Outcome:
     """fn(**sample, **kwargs) as an Outcome. UnknownNameError (an unknown data_source: the data, not the sample, is
-    wrong) is raised; any other failure, or a result that is not a finite number, is the outcome's error."""
+    wrong) is raised; any other failure, or a result that is not a finite number within float32's range, is the
+    outcome's error."""
     try:
         score, extra = as_score(fn(**sample, **kwargs))
     except UnknownNameError:
@@ -65,4 +69,6 @@ def as_score(result: Any) -> tuple[float, dict]:
         result = result.item()
     if not isinstance(result, numbers.Real) or not math.isfinite(float(result)):
         raise ValueError(f"a reward must be a finite number, got {result!r}")
+    if abs(float(result)) > FLOAT32_MAX:  # it would become inf in the batch's float32 scores
+        raise ValueError(f"a reward must be within float32's range (|score| ≤ {FLOAT32_MAX:.3g}), got {result!r}")
     return float(result), extra

@@ -1,5 +1,8 @@
 """Worker processes that run a user's reward function (`reward.function`) one sample at a time each, so that a sample
-that hangs costs `reward.timeout_s` and one process, never the run.
+that hangs costs `reward.timeout_s` and one process, never the run; and that one that prints a lot costs a log file,
+not the console: the first OUTPUT_CAP bytes a call prints (stdout and stderr, a native library's included) reach the
+console, the call's whole output goes to the run's reward log, and the bytes kept off the console are counted
+(`reward/output_overflow_bytes`).
 
 Each worker loads the function itself from its spec (nothing unpicklable crosses), scores the samples the driver
 sends it and answers with pickled Outcomes. A worker still on a sample at its deadline is killed and replaced, and
@@ -11,10 +14,13 @@ result thread dies on a result the driver cannot unpickle.
 from __future__ import annotations
 
 import atexit
+import fcntl
 import multiprocessing
+import os
 import pickle
 import signal
 import sys
+import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -34,6 +40,8 @@ _CONTEXT = multiprocessing.get_context("forkserver")
 # A worker's start: the fork, multiprocessing re-importing the driver's main module, and loading the function
 # (math-verify imports sympy), on a driver node that may be busy. Not reward.timeout_s: that bounds one sample.
 START_TIMEOUT_S = 120.0
+OUTPUT_CAP = 1024  # bytes of a call's output that reach the console
+OUTPUT_LOG_LIMIT = 1 << 30  # the reward log's size past which a call's output is counted but not kept
 
 
 @dataclass
@@ -50,12 +58,14 @@ class _Worker:
 
 
 class RewardPool:
-    """`workers` processes running the function `spec` names with `kwargs`; a sample may run `timeout_s` seconds.
+    """`workers` processes running the function `spec` names with `kwargs`; a sample may run `timeout_s` seconds;
+    what a call prints past OUTPUT_CAP bytes goes to `output_log` (None: it is dropped, and counted all the same).
 
     Workers start at the first `map` and live until `close` (the scorer's context, or at exit)."""
 
-    def __init__(self, spec: str, kwargs: dict | None, timeout_s: float, workers: int):
+    def __init__(self, spec: str, kwargs: dict | None, timeout_s: float, workers: int, output_log: str | None = None):
         self.spec, self.kwargs, self.timeout_s, self.size = spec, dict(kwargs or {}), timeout_s, workers
+        self.output_log = output_log
         self._workers: list[_Worker] = []
 
     def __enter__(self) -> RewardPool:
@@ -104,7 +114,8 @@ class RewardPool:
 
     def _start(self) -> _Worker:
         parent, child = _CONTEXT.Pipe()
-        process = _CONTEXT.Process(target=_serve, args=(self.spec, self.kwargs, child), name="megarl-reward-worker")
+        process = _CONTEXT.Process(target=_serve, args=(self.spec, self.kwargs, child, self.output_log),
+                                   name="megarl-reward-worker")
         process.start()
         child.close()  # the worker now holds the only other end: its exit reads as EOF here
         return _Worker(process, parent, deadline=time.monotonic() + START_TIMEOUT_S)
@@ -171,7 +182,7 @@ def _main_module() -> list[str]:
     return [name] if name and not name.endswith("__main__") else []
 
 
-def _serve(spec: str, kwargs: dict, conn: Connection) -> None:
+def _serve(spec: str, kwargs: dict, conn: Connection, output_log: str | None) -> None:
     """A worker: load the function, then score each sample the driver sends until the driver is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle, and it kills us
     try:
@@ -180,17 +191,72 @@ def _serve(spec: str, kwargs: dict, conn: Connection) -> None:
         conn.send(("load_failed", f"{type(exc).__name__}: {exc}"))
         return
     conn.send(("ready", None))
+    output = _CappedOutput(output_log)
     while True:
         try:
             sample = conn.recv()
         except EOFError:
             return
         try:
-            outcome = call_reward(fn, sample, kwargs)
+            with output:
+                outcome = call_reward(fn, sample, kwargs)
         except UnknownNameError as e:
             conn.send(("unknown", str(e)))
             continue
+        outcome.output_overflow = output.overflow
         conn.send(("done", _dumps(outcome)))
+
+
+class _CappedOutput:
+    """Around a call: this process's stdout and stderr (file descriptors 1 and 2) go to a scratch file; afterwards
+    its first OUTPUT_CAP bytes go on to the console, and a longer output goes whole to the reward log, under a line
+    naming the worker; `overflow` is the bytes kept off the console."""
+
+    def __init__(self, log: str | None):
+        self.log, self.overflow = log, 0
+        self.scratch = tempfile.TemporaryFile()
+        self.console = (os.dup(1), os.dup(2))
+
+    def __enter__(self) -> None:
+        self.scratch.truncate(0)
+        self.scratch.seek(0)
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        for fd in (1, 2):
+            os.dup2(self.scratch.fileno(), fd)
+
+    def __exit__(self, *exc) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        for fd, console in zip((1, 2), self.console):
+            os.dup2(console, fd)
+        size = os.fstat(self.scratch.fileno()).st_size
+        self.scratch.seek(0)
+        head = self.scratch.read(OUTPUT_CAP)
+        self.overflow = size - len(head)
+        if self.overflow:
+            where = f"in {self.log}" if self._keep(size) else "not kept (no reward log, or it is full)"
+            head += f"\n[... {self.overflow} more bytes of this reward function call's output {where}]\n".encode()
+        _write_all(1, head)
+
+    def _keep(self, size: int) -> bool:
+        """Append the whole output to the reward log; whether it was."""
+        if self.log is None:
+            return False
+        with open(self.log, "ab") as log:
+            fcntl.flock(log, fcntl.LOCK_EX)  # one call's output at a time, from any worker
+            if log.seek(0, os.SEEK_END) + size > OUTPUT_LOG_LIMIT:
+                return False
+            log.write(f"=== reward worker pid {os.getpid()}: {size} bytes ===\n".encode())
+            self.scratch.seek(0)
+            while chunk := self.scratch.read(1 << 20):
+                log.write(chunk)
+        return True
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data):]
 
 
 def _dumps(outcome: Outcome) -> bytes:

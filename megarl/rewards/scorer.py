@@ -26,12 +26,14 @@ class RewardResult:
     extra_info: dict[str, list] = field(default_factory=dict)  # extra keys of dict-returning functions
     num_errors: int = 0
     num_timeouts: Optional[int] = None  # None: scored in the driver, where nothing times out (and no metric)
+    output_overflow_bytes: int = 0  # printed by the pool's calls past the console's share, into the reward log
 
     @property
     def metrics(self) -> dict[str, float]:
         metrics = {"reward/num_errors": float(self.num_errors)}
         if self.num_timeouts is not None:
             metrics["reward/num_timeouts"] = float(self.num_timeouts)
+            metrics["reward/output_overflow_bytes"] = float(self.output_overflow_bytes)
         return metrics
 
 
@@ -56,12 +58,14 @@ class RewardScorer:
         self.max_logged_errors = max_logged_errors
 
     @classmethod
-    def from_config(cls, tokenizer, reward: RewardConfig) -> RewardScorer:
+    def from_config(cls, tokenizer, reward: RewardConfig, output_log: str | None = None) -> RewardScorer:
         """Rule rewards score here: our scorers cannot hang, and a pool would cost its start and a round trip per
-        sample for nothing. A user's function (`reward.function`) runs in a RewardPool."""
+        sample for nothing. A user's function (`reward.function`) runs in a RewardPool, whose calls' long outputs go
+        to `output_log`."""
         if reward.function is None:
             return cls(tokenizer, default_compute_score, reward.kwargs)
-        return cls(tokenizer, pool=RewardPool(reward.function, reward.kwargs, reward.timeout_s, reward.workers))
+        return cls(tokenizer, pool=RewardPool(reward.function, reward.kwargs, reward.timeout_s, reward.workers,
+                                              output_log))
 
     def __enter__(self) -> RewardScorer:
         return self
@@ -102,7 +106,7 @@ class RewardScorer:
         rows = [i for i, n in enumerate(lengths) if n > 0]
         token_level_scores[rows, [lengths[i] - 1 for i in rows]] = scores[rows]
         return RewardResult(token_level_scores, scores, extra, num_errors,
-                            num_timeouts if self.pool is not None else None)
+                            num_timeouts if self.pool is not None else None, sum(o.output_overflow for o in outcomes))
 
     def sample(self, response_ids: Sequence[int], data_source: str, ground_truth: Any, extra_info: dict | None) -> dict:
         """The reward function's arguments for one response (its valid token ids)."""
@@ -144,7 +148,15 @@ class RewardScorer:
                            "function is slow; fix the function if it hangs)")
         if errors:
             reasons.append(f"{len(errors)} raised; first failure: {first.error_type}: {first.error}")
-        return f"the reward function failed on all {len(outcomes)} samples of the batch: {'; '.join(reasons)}"
+        return (f"the reward function {self.function_name} failed on all {len(outcomes)} samples of the batch: "
+                f"{'; '.join(reasons)}")
+
+    @property
+    def function_name(self) -> str:
+        """reward.function's spec, or the in-process scorer's name."""
+        if self.pool is not None:
+            return self.pool.spec
+        return getattr(self.compute_score, "__qualname__", repr(self.compute_score))
 
 
 def _where(sample: dict) -> tuple:

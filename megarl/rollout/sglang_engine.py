@@ -28,6 +28,7 @@ from megarl.models.shapes import heads_split_problem
 from megarl.rollout.base import (KV_CACHE, MEMORY_TAGS, ROLLOUT_BACKENDS, EngineDied, OnResponse, Response,
                                  RolloutEngine, SamplingParams)
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # what megarl stops on (megarl/recipe_command.py)
 SGLANG_VOCAB_PADDING = 64  # SGLang pads the vocabulary to this multiple before splitting it over TP ranks
 _QKV = re.compile(r"(.*\.self_attn\.)([qkv])_proj\.(weight|bias)$")
 _GATE_UP = re.compile(r"(.*\.mlp\.)(gate|up)_proj\.weight$")
@@ -110,13 +111,13 @@ class SGLangEngine(RolloutEngine):
             # Under torchrun this variable makes every process group rendezvous through torchrun's store, which
             # the engine's scheduler processes cannot reach: they would wait for it forever.
             agent_store = os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
-            sigterm = signal.getsignal(signal.SIGTERM)  # megarl's stop (recipe_command), or the default
+            stops = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}  # megarl's stop, or the defaults
             try:
                 self.engine = sglang.Engine(**args)
             finally:
                 if agent_store is not None:
                     os.environ["TORCHELASTIC_USE_AGENT_STORE"] = agent_store
-            self.sigterm = sigterm
+            self.stops = stops
             self.deterministic = bool(args.get("enable_deterministic_inference", False))
             self._take_signals_back()
 
@@ -131,7 +132,7 @@ class SGLangEngine(RolloutEngine):
 
     @contextmanager
     def _engine_call(self) -> Iterator[None]:
-        """Around every call into the engine on the owner: EngineDied, not a wait on dead processes; and a SIGTERM
+        """Around every call into the engine on the owner: EngineDied, not a wait on dead processes; and a stop signal
         that arrives during the call is held until the engine's event loop has returned, then raised again for
         megarl's own handler (an exception raised inside the loop would not reach the caller: uvloop drops it)."""
         if self.died:
@@ -139,19 +140,21 @@ class SGLangEngine(RolloutEngine):
         main = threading.current_thread() is threading.main_thread()
         self.held_signal = None
         if main:
-            signal.signal(signal.SIGTERM, self._hold_signal)
+            for signum in self.stops:
+                signal.signal(signum, self._hold_signal)
         self.in_call = True
         try:
             yield
         except Exception as e:
             if self.died:
                 raise EngineDied(self.died) from e
-            if self.held_signal is None:  # a call the held SIGTERM stopped ends in the stop, not in its error
+            if self.held_signal is None:  # a call the held signal stopped ends in the stop, not in its error
                 raise
         finally:
             self.in_call = False
             if main:
-                signal.signal(signal.SIGTERM, self.sigterm)
+                for signum, handler in self.stops.items():
+                    signal.signal(signum, handler)
             if self.held_signal is not None:
                 signal.raise_signal(self.held_signal)
 
@@ -177,7 +180,7 @@ class SGLangEngine(RolloutEngine):
 
         self.engine.loop.run_until_complete(start_and_remove())
         signal.signal(signal.SIGQUIT, self._child_died)
-        signal.signal(signal.SIGTERM, self.sigterm)
+        signal.signal(signal.SIGTERM, self.stops[signal.SIGTERM])
 
     @classmethod
     def from_config(cls, rollout, model_path, *, engine_ranks, group, local_devices, hf_config,

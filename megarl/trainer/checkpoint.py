@@ -38,6 +38,9 @@ TRACKER = "latest_checkpointed_iteration.txt"
 TRAINER_STATE = "trainer_state.json"
 PARTIAL, TRASH = ".partial", ".trash"
 _STEP_DIR = re.compile(r"global_step_(\d+)")
+# role.json's layout names (megarl/models/checkpoint.py) → the megatron keys of a role's section
+MESH_KEYS = {"tensor": "tensor_model_parallel_size", "pipeline": "pipeline_model_parallel_size",
+             "context": "context_parallel_size"}
 
 
 def checkpoints_root(cfg: MegaRLConfig) -> Path:
@@ -79,7 +82,54 @@ def find_resume_checkpoint(cfg: MegaRLConfig) -> Path | None:
         raise ConfigError(f"checkpoint {path} has no {', '.join(missing)} checkpoint, which this recipe trains "
                           f"(algorithm.adv_estimator={cfg.algorithm.adv_estimator}): resume a run of the same recipe, "
                           "or start afresh with trainer.resume_mode=disable")
+    check_resume_layout(cfg, path)
     return path
+
+
+def resume_candidate(cfg: MegaRLConfig) -> Path | None:
+    """The checkpoint a launch would resume from if it verifies, found without reading its shards (for `--dry-run`
+    and the checks before launch; `find_resume_checkpoint` verifies it, and refuses what is no checkpoint, when the
+    run starts). Its trainer state parses: `saved_step` reads it."""
+    mode, path = cfg.trainer.resume_mode, None
+    if mode == "resume_path" and cfg.trainer.resume_from_path:  # validate.py refuses the mode without a path
+        path = Path(cfg.trainer.resume_from_path).expanduser()
+    elif mode == "auto":
+        steps = complete_steps(checkpoints_root(cfg))
+        path = step_dir(checkpoints_root(cfg), steps[-1]) if steps else None
+    if path is None:
+        return None
+    try:
+        saved_step(path)
+    except (OSError, ValueError, KeyError, TypeError):  # no checkpoint: find_resume_checkpoint says why at start
+        return None
+    return path
+
+
+def check_resume_layout(cfg: MegaRLConfig, path: Path) -> None:
+    """Each trained role of the checkpoint at `path` was saved at this recipe's tensor, pipeline and context-parallel
+    sizes: the optimizer state (megatron's dp_reshardable format, megarl/models/checkpoint.py) loads at no others."""
+    for role in trained_roles(cfg):
+        saved = _saved_layout(path / role / "role.json")
+        megatron = getattr(cfg, role).megatron
+        differ = {f"{role}.megatron.{key}": (saved[dim], getattr(megatron, key)) for dim, key in MESH_KEYS.items()
+                  if saved.get(dim, getattr(megatron, key)) != getattr(megatron, key)}
+        if differ:
+            raise ConfigError(
+                f"checkpoint {path} cannot resume at {', '.join(f'{k}={new}' for k, (_, new) in differ.items())}: its "
+                f"{role} was saved at {', '.join(str(old) for old, _ in differ.values())}, and its optimizer state "
+                "(megatron's dp_reshardable format) loads only at the tensor, pipeline and context-parallel sizes it "
+                f"was saved with (the data-parallel size may change). Set "
+                f"{', '.join(f'{k}={old}' for k, (old, _) in differ.items())} to resume, or carry its weights over: "
+                f"`megarl export --checkpoint {path / role} --out HF_DIR`, then model.path=HF_DIR in a new "
+                "trainer.output_dir")
+
+
+def _saved_layout(meta: Path) -> dict[str, int]:
+    """The parallel sizes in a role's role.json; none where it cannot be read (the manifest check names that)."""
+    try:
+        return json.loads(meta.read_text()).get("layout", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
 
 
 def _given_checkpoint(cfg: MegaRLConfig) -> Path:
@@ -145,6 +195,18 @@ def _damage(path: Path) -> str | None:
     return None
 
 
+def saved_for_resume(cfg: MegaRLConfig) -> str:
+    """What a run stopped now leaves to resume from, and how (the end of its last line)."""
+    root = checkpoints_root(cfg)
+    steps = complete_steps(root)
+    if not steps:
+        return (f"no checkpoint was saved yet (trainer.save_freq={cfg.trainer.save_freq}): starting the same command "
+                "again starts afresh")
+    how = ("starting the same command again resumes from it" if cfg.trainer.resume_mode == "auto" else
+           "the same command with trainer.resume_mode=auto resumes from it")
+    return f"the last checkpoint is {step_dir(root, steps[-1])}: {how}"
+
+
 def saved_step(path: Path) -> int:
     """The step the (verified) checkpoint at `path` was saved after."""
     return json.loads((path / TRAINER_STATE).read_text())["step"]
@@ -192,14 +254,15 @@ class Checkpointer:
         if self.is_driver:
             _remove(partial)
             partial.mkdir(parents=True)
-        for name, role in self.roles.items():
-            role.save_checkpoint(str(partial / name))  # returns when every rank of the role has written
+        required = [TRAINER_STATE]
+        for name, role in self.roles.items():  # each returns when every rank of the role has written
+            required += [f"{name}/{file}" for file in role.save_checkpoint(str(partial / name))]
         if not self.is_driver:
             return
         state = {"step": step, "rng": driver_rng, **{name: obj.state_dict() for name, obj in self.state.items()}}
         _write_durably(partial / TRAINER_STATE, json.dumps(state))
         manifest_start = time.perf_counter()  # after the roles' barriers: every rank's files are written
-        _write_durably(partial / MANIFEST, build_manifest(partial))
+        _write_durably(partial / MANIFEST, build_manifest(partial, required))
         manifest_s = time.perf_counter() - manifest_start
         replaced = final.with_name(final.name + TRASH)
         if final.exists():  # saved by an earlier run that this one resumed from before this step

@@ -1,7 +1,9 @@
 """A checkpoint's manifest: the size and CRC-32 of every file in a `global_step_{k}` directory, written by the
 driver as the last file of a save (megarl/trainer/checkpoint.py) and checked before a resume. A file cut short
 (a full disk, a killed copy) or changed since then is found on the driver, named, before any worker starts,
-rather than failing inside megatron's loader as a bare EOFError on every retry.
+rather than failing inside megatron's loader as a bare EOFError on every retry. The files a complete checkpoint
+holds (each role's metadata, every rank's shards and RNG files: what its writers list) must all be there for a
+manifest to be written, so an incomplete checkpoint never gets one and never verifies.
 
     global_step_{k}/manifest.json   {"format": 1, "checksum": "crc32", "files": {"actor/model/__0_0.distcp": [size,
                                      crc32], ..., "trainer_state.json": [size, crc32]}}
@@ -19,7 +21,7 @@ import os
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 MANIFEST = "manifest.json"
 _CHUNK = 16 << 20  # large reads: per-call overhead vanishes, memory stays small
@@ -32,8 +34,19 @@ class Verdict(NamedTuple):
     size: int  # their bytes
 
 
-def build_manifest(directory: Path) -> str:
-    """The manifest of every file under `directory` but itself, as JSON text."""
+class IncompleteCheckpoint(RuntimeError):
+    """A checkpoint lacks files its writers said it must hold: it gets no manifest, so it never verifies."""
+
+
+def build_manifest(directory: Path, required: Sequence[str]) -> str:
+    """The manifest of every file under `directory` but itself, as JSON text; `required`: the files (relative paths)
+    a complete checkpoint holds, each of which must be there."""
+    missing = [name for name in required if not (directory / name).is_file()]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise IncompleteCheckpoint(f"the checkpoint in {directory} is incomplete, {shown} missing (was another run "
+                                   "writing to the same trainer.output_dir?): it is not committed, and the last "
+                                   "complete checkpoint stays the one to resume from")
     paths = sorted(p for p in directory.rglob("*") if p.is_file() and p != directory / MANIFEST)
     with ThreadPoolExecutor(_THREADS) as pool:
         sums = list(pool.map(_crc32, paths))

@@ -13,6 +13,8 @@ from typing import Callable, Optional
 from megarl.config.schema import HealthConfig
 
 VALIDATION = "val-core/"
+# Scores beyond it are no reward scale anyone means (float32 squares overflow above ~1.8e19): named as the cause.
+HUGE_SCORE = 1e15
 # Each check by name: the metric (prefix) it reads, evaluated only on steps that have it, and its judgement.
 Judge = Callable[["HealthMonitor", int, dict], Optional[str]]
 CHECKS: dict[str, tuple[str, Judge]] = {}
@@ -112,6 +114,21 @@ class HealthMonitor:
                 "trainer disagree on the sampled tokens' log-probs: correct for it (algorithm.rollout_correction) "
                 "or find the mismatch (rollout settings, precision)")
 
+    @check("zero_advantages", reads="critic/score/varied_ratio")
+    def _zero_advantages(self, step: int, metrics: dict) -> str | None:
+        varied = metrics.get("critic/score/varied_ratio")
+        extremes = metrics.get("critic/advantages/max"), metrics.get("critic/advantages/min")
+        if not varied or extremes != (0.0, 0.0):
+            return None
+        low, high = metrics["critic/score/min"], metrics["critic/score/max"]
+        if max(abs(low), abs(high)) > HUGE_SCORE:
+            cause = ("scores this large lose their differences in the advantage statistics; scale the reward down "
+                     "(to about [-10, 10])")
+        else:
+            cause = "algorithm.adv_estimator turned differing scores into no signal: check the estimator"
+        return (f"every advantage is 0 although the responses of {varied:.0%} of the prompts scored differently "
+                f"(critic/score in [{low:.3g}, {high:.3g}]), so the step trained nothing: {cause}")
+
     @check("val_stall", reads=VALIDATION)
     def _val_stall(self, step: int, metrics: dict) -> str | None:
         scores = [value for key, value in metrics.items() if key.startswith(VALIDATION)]
@@ -127,4 +144,3 @@ class HealthMonitor:
         best, at = self.best_validation
         return (f"validation has not improved for {self.validations_since_best} evaluations (best {best:.4g} at step "
                 f"{at}): consider stopping, or lowering actor.optim.lr")
-

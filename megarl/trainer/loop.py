@@ -37,7 +37,7 @@ from megarl.trainer.sampling import Sampler, StepSampler
 from megarl.trainer.scaffold import endless, tell, total_steps, validates_at
 from megarl.trainer.stages import Score
 from megarl.trainer.validation import Validator
-from megarl.workers.inputs import model_path
+from megarl.workers.inputs import model_path, reward_output_log
 from parallel.batch import Batch
 from parallel.memory import Windows
 from parallel.worker import Worker
@@ -140,7 +140,7 @@ def train(cfg: MegaRLConfig) -> None:
              "(raise trainer.total_training_steps or trainer.total_epochs to go on)")
         return
     ptx = pretraining_loader(cfg, tokenizer)
-    scorer = RewardScorer.from_config(tokenizer, cfg.reward)
+    scorer = RewardScorer.from_config(tokenizer, cfg.reward, reward_output_log(cfg))
     kl = cfg.algorithm.kl_ctrl
     kl_controller = make_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
     validator = (Validator(data, cfg.rollout.val_kwargs.n, tokenizer, cfg.trainer.log_samples)

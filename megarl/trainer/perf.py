@@ -40,10 +40,14 @@ def summarise(per_rank: list[dict]) -> dict:
     return {"name": per_rank[0]["name"], "cpu_memory_used_gb": max(r["cpu_memory_used_gb"] for r in per_rank)}
 
 
-# The step's phases on the GPUs whose memory peak is reported: timing name → name in `memory/{name}/peak_gb`.
-MEMORY_PHASES = {"gen": "gen", "gen_max": "gen_max", "reward_model": "reward_model", "old_log_prob": "old_log_prob",
-                 "ref": "ref", "values": "values", "update_critic": "update_critic", "update_actor": "update_actor",
-                 "update_weights": "sync"}
+# The step's phases on the GPUs whose memory peak is reported: name in `memory/{name}/peak_gb` → the timed windows
+# (parallel/memory.py) whose largest peak it is. The sync is the hand-over from the engine's weights coming back to its
+# KV cache coming back: a colocated engine's `resume` window spans it (its first visit starts it, the second ends it)
+# and holds `update_weights`; engines on GPUs of their own have `update_weights` alone.
+MEMORY_PHASES = {"gen": ("gen",), "gen_max": ("gen_max",), "reward_model": ("reward_model",),
+                 "old_log_prob": ("old_log_prob",), "ref": ("ref",), "values": ("values",),
+                 "update_critic": ("update_critic",), "update_actor": ("update_actor",),
+                 "sync": ("update_weights", "resume")}
 
 
 def memory_metrics(per_rank: list[dict]) -> dict[str, float]:
@@ -51,20 +55,21 @@ def memory_metrics(per_rank: list[dict]) -> dict[str, float]:
     peak of any GPU, and the largest of the asked processes' torch reservations and live tensors (none without
     GPUs); `memory/host/peak_gb`: the largest node's used RAM over the "step" window."""
     out = {}
-    for window, name in MEMORY_PHASES.items():
-        device = _largest(per_rank, window, "device")
+    for name, windows in MEMORY_PHASES.items():
+        device = _largest(per_rank, windows, "device")
         if device is not None:  # and so are the reservations and live tensors: each GPU answers all three
             out[f"memory/{name}/peak_gb"] = device / 1e9
             for kind in ("reserved", "allocated"):
-                out[f"memory/{name}/{kind}_gb"] = (_largest(per_rank, window, kind) or 0) / 1e9
-    host = _largest(per_rank, "step", "host")
+                out[f"memory/{name}/{kind}_gb"] = (_largest(per_rank, windows, kind) or 0) / 1e9
+    host = _largest(per_rank, ("step",), "host")
     if host is not None:
         out["memory/host/peak_gb"] = host / 1e9
     return out
 
 
-def _largest(per_rank: list[dict], window: str, kind: str) -> int | None:
-    values = [rank[window][kind] for rank in per_rank if window in rank and rank[window][kind] is not None]
+def _largest(per_rank: list[dict], windows: tuple[str, ...], kind: str) -> int | None:
+    values = [rank[window][kind] for rank in per_rank for window in windows
+              if window in rank and rank[window][kind] is not None]
     return max(values, default=None)
 
 

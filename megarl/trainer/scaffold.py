@@ -30,3 +30,9 @@ def tell(line: str, stream=None) -> None:
     runs the driver code and would repeat the line."""
     if os.environ.get("RANK", "0") == "0":
         print(line, file=stream or sys.stdout, flush=True)
+
+
+def saved_at_end(cfg) -> str:
+    """What a stopped one-model run (`megarl sft`, `megarl rm`) leaves: nothing, its model is written at its end."""
+    return (f"it writes its model only at its end ({cfg.trainer.output_dir}/hf), so starting the same command again "
+            "starts afresh")

@@ -149,22 +149,30 @@ def advantages(batch: Batch, algorithm: AlgorithmConfig) -> Batch:
 
 
 @stage(reads=(RESPONSE_MASK, TOKEN_LEVEL_SCORES, TOKEN_LEVEL_REWARDS, ADVANTAGES, RETURNS),
-       reads_if_present=(VALUES, RM_SCORES, RULE_SCORES, OVERLONG_PENALTY))
+       reads_if_present=(UID, VALUES, RM_SCORES, RULE_SCORES, OVERLONG_PENALTY))
 def data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
     """verl's `critic/*` and `response_length/*` metrics of a scored, rewarded, advantaged batch (and with
     overlong shaping, the mean penalty and the fraction of responses penalised)."""
     mask = batch[RESPONSE_MASK]
     lengths = mask.sum(dim=-1)
+    scores = batch[TOKEN_LEVEL_SCORES].sum(-1)
+    valid_advantages = batch[ADVANTAGES][mask.bool()]
     metrics = {
-        "critic/score/mean": batch[TOKEN_LEVEL_SCORES].sum(-1).mean().item(),
+        "critic/score/mean": scores.mean().item(),
+        "critic/score/max": scores.max().item(),
+        "critic/score/min": scores.min().item(),
         "critic/rewards/mean": batch[TOKEN_LEVEL_REWARDS].sum(-1).mean().item(),
         "critic/advantages/mean": masked_mean(batch[ADVANTAGES], mask).item(),
+        "critic/advantages/max": valid_advantages.max().item() if valid_advantages.numel() else 0.0,
+        "critic/advantages/min": valid_advantages.min().item() if valid_advantages.numel() else 0.0,
         "critic/returns/mean": masked_mean(batch[RETURNS], mask).item(),
         "response_length/mean": lengths.mean().item(),
         "response_length/max": lengths.max().item(),
         "response_length/min": lengths.min().item(),
         "response_length/clip_ratio": (lengths >= max_response_length).float().mean().item(),
     }
+    if UID in batch:
+        metrics["critic/score/varied_ratio"] = varied_ratio(scores, list(batch[UID]))
     if VALUES in batch:
         metrics["critic/values/mean"] = masked_mean(batch[VALUES], mask).item()
     if RM_SCORES in batch:
@@ -175,3 +183,11 @@ def data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
         metrics["reward/overlong_ratio"] = (batch[OVERLONG_PENALTY] < 0).float().mean().item()
     return metrics
 
+
+def varied_ratio(scores: torch.Tensor, uids: list) -> float:
+    """The fraction of prompts (a `uid` each) whose responses did not all score the same: the groups an advantage
+    estimator can learn from (health.py's zero_advantages check reads it)."""
+    groups: dict = {}
+    for uid, value in zip(uids, scores.tolist()):
+        groups.setdefault(uid, set()).add(value)
+    return sum(len(values) > 1 for values in groups.values()) / max(len(groups), 1)

@@ -9,7 +9,7 @@ from megarl.models.roles import RoleModel
 from megarl.workers.inputs import ModelSource
 from parallel import topology
 from parallel.batch import Batch
-from parallel.dispatch import worker_method
+from parallel.dispatch import Collect, worker_method
 from parallel.worker import Worker
 
 
@@ -25,11 +25,12 @@ class TrainedWorker(Worker):
 
     model: RoleModel
 
-    @worker_method()
-    def save_checkpoint(self, path: str) -> None:
-        """Weights, optimizer, LR scheduler and RNG states into `path` (megarl/models/checkpoint.py)."""
+    @worker_method(collect=Collect.RANK_ZERO)
+    def save_checkpoint(self, path: str) -> list[str]:
+        """Weights, optimizer, LR scheduler and RNG states into `path` (megarl/models/checkpoint.py); returns the
+        files the checkpoint must hold, relative to `path`."""
         with self.model.weights_in_use():
-            save_training_checkpoint(self.model, path)
+            return save_training_checkpoint(self.model, path)
 
     @worker_method()
     def load_checkpoint(self, path: str) -> None:

@@ -27,8 +27,8 @@ class TrainedGroup(Generic[W]):
     def __init__(self, handle: RoleHandle[W]):
         self.handle = handle
 
-    def save_checkpoint(self, path: str) -> None:
-        self.handle.call(TrainedWorker.save_checkpoint, path)
+    def save_checkpoint(self, path: str) -> list[str]:
+        return self.handle.call(TrainedWorker.save_checkpoint, path)
 
     def load_checkpoint(self, path: str) -> None:
         self.handle.call(TrainedWorker.load_checkpoint, path)

@@ -8,6 +8,7 @@ here, and the workers read it from their inputs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 from megarl.config.schema import (
@@ -25,6 +26,8 @@ from megarl.config.rm_schema import RMConfig
 from megarl.config.sft_schema import SFTConfig
 from megarl.data.retemplate import RetemplateSource, retemplate_source
 from megarl.models.packing import MicroBatching
+
+REWARD_OUTPUT_LOG = "reward_function.log"
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,13 @@ class StreamingReward:
     model: ModelConfig  # its tokenizer decodes the responses
     reward: RewardConfig
     truth_only: bool  # a reward model scores too: only responses with a ground truth get a rule score
+    output_log: str  # reward_output_log's
+
+
+def reward_output_log(cfg: MegaRLConfig) -> str:
+    """Where a user's reward function's long outputs go (megarl/rewards/pool.py): absolute, as a Ray worker's working
+    directory need not be the driver's."""
+    return str(Path(cfg.trainer.output_dir).expanduser().resolve() / REWARD_OUTPUT_LOG)
 
 
 @dataclass(frozen=True)
@@ -216,7 +226,7 @@ def reward_model_inputs(cfg: MegaRLConfig) -> RewardModelInputs:
 
 
 def rollout_inputs(cfg: MegaRLConfig) -> RolloutInputs:
-    streaming = (StreamingReward(cfg.model, cfg.reward, truth_only=bool(cfg.reward.model.path))
+    streaming = (StreamingReward(cfg.model, cfg.reward, bool(cfg.reward.model.path), reward_output_log(cfg))
                  if cfg.rollout.mode == "async" else None)
     return RolloutInputs(cfg.model.path, cfg.actor.megatron.tensor_model_parallel_size, cfg.rollout,
                          cfg.data.max_response_length, cfg.trainer.seed, streaming, cfg.rollout.enable_resource_pool)

@@ -48,7 +48,7 @@ class RolloutWorker(Worker):
         self.engine = self._build_engine()
         streaming = inputs.streaming_reward
         # The async mode scores on the engine's owner, beside its generation.
-        self.scorer = (RewardScorer.from_config(load_tokenizer(streaming.model), streaming.reward)
+        self.scorer = (RewardScorer.from_config(load_tokenizer(streaming.model), streaming.reward, streaming.output_log)
                        if streaming is not None and self.engine.is_owner else None)
 
     def _build_engine(self) -> RolloutEngine:

@@ -20,8 +20,9 @@ def runnable(tmp_path):
     """A model directory (config and tokenizer: bad inputs fail before weights are read) and one data file."""
     model = tmp_path / "model"
     make_tokenizer(model)
-    (model / "config.json").write_text(json.dumps({"num_attention_heads": 4, "num_key_value_heads": 2,
-                                                   "num_hidden_layers": 2, "max_position_embeddings": 256}))
+    (model / "config.json").write_text(json.dumps({"model_type": "qwen2", "num_attention_heads": 4,
+                                                   "num_key_value_heads": 2, "num_hidden_layers": 2,
+                                                   "max_position_embeddings": 256}))
     data = tmp_path / "train.parquet"
     rows = [{"prompt": [{"role": "user", "content": f"{i} + {i}?"}], "responses": [f"#### {2 * i}", f"= {2 * i}"]}
             for i in range(2)]

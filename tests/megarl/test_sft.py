@@ -17,8 +17,9 @@ def runnable(tmp_path):
     """A model directory (config and tokenizer: bad inputs fail before weights are read) and one data file."""
     model = tmp_path / "model"
     make_tokenizer(model)
-    (model / "config.json").write_text(json.dumps({"num_attention_heads": 4, "num_key_value_heads": 2,
-                                                   "num_hidden_layers": 2, "max_position_embeddings": 256}))
+    (model / "config.json").write_text(json.dumps({"model_type": "qwen2", "num_attention_heads": 4,
+                                                   "num_key_value_heads": 2, "num_hidden_layers": 2,
+                                                   "max_position_embeddings": 256}))
     data = tmp_path / "train.parquet"
     datasets.Dataset.from_list([{"prompt": [{"role": "user", "content": f"{i} + {i}?"}], "solution": f"{i + i}",
                                  "extra_info": {"index": i}} for i in range(2)]).to_parquet(str(data))
@@ -53,7 +54,7 @@ def test_bad_inputs_are_errors_naming_the_fix(runnable, tmp_path, capsys):
     assert "data.train_batch_size=4 is more than the 2 samples in data.train_files" in capsys.readouterr().err
     (tmp_path / "model" / "tokenizer.json").unlink()
     assert main([*runnable, "data.response_key=solution"]) == 2
-    assert "no tokenizer could be loaded from there" in capsys.readouterr().err
+    assert "the tokenizer loaded from there is empty" in capsys.readouterr().err
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 

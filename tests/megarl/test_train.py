@@ -1,18 +1,29 @@
 import json
+import os
+import socket
 
 import datasets
 import pytest
 
 from megarl.config import load_config
+from megarl.run_lock import LOCK_NAME, RunLock
 from megarl.train import main
+from tests.helpers import make_tokenizer
+
+
+def model_config(model, **values):
+    """A model directory's config.json (of a model with no weights: a dry run reads no more)."""
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text(json.dumps({"model_type": "qwen2", "num_attention_heads": 4,
+                                                   "num_key_value_heads": 2, "num_hidden_layers": 2,
+                                                   "vocab_size": 512, **values}))
+    return model
 
 
 @pytest.fixture
 def runnable(tmp_path):
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps({"num_attention_heads": 4, "num_key_value_heads": 2,
-                                                   "num_hidden_layers": 2}))
+    model = model_config(tmp_path / "model")
+    make_tokenizer(model)
     data = tmp_path / "train.parquet"
     datasets.Dataset.from_list([{"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": "q"}],
                                  "reward_model": {"ground_truth": "1"}}]).to_parquet(str(data))
@@ -52,6 +63,20 @@ def test_bad_input_is_an_error_naming_the_key(runnable, tmp_path, capsys):
     assert main(["--dry-run", "--recipe", str(tmp_path / "none.yaml")]) == 2
     assert "recipe" in capsys.readouterr().err
     assert not (tmp_path / "run" / "config.yaml").exists()
+
+
+def test_a_value_out_of_its_range_is_one_line_at_dry_run(runnable, capsys):
+    assert main(["--dry-run", *runnable, "actor.optim.lr=-1"]) == 2
+    assert capsys.readouterr().err == "error: actor.optim.lr=-1.0 must be > 0\n"
+
+
+def test_dry_run_reads_every_prompt(runnable, tmp_path, capsys):
+    empty = tmp_path / "empty_prompt.parquet"
+    datasets.Dataset.from_list([{"data_source": "openai/gsm8k", "prompt": [], "reward_model": {"ground_truth": "1"}}]
+                               ).to_parquet(str(empty))
+    capsys.readouterr()
+    assert main(["--dry-run", *runnable, f"data.val_files=[{empty}]"]) == 2
+    assert capsys.readouterr().err.startswith(f"error: data.val_files: {empty} row 0: the prompt is an empty list")
 
 
 def test_malformed_parquet_stops_before_any_worker_starts(runnable, tmp_path, capsys):
@@ -103,3 +128,56 @@ def test_an_output_dir_that_cannot_be_written_is_one_line(runnable, tmp_path, ca
     assert main(["--dry-run", *runnable, f"trainer.output_dir={blocker / 'run'}"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: trainer.output_dir={blocker / 'run'} cannot be written") and err.count("\n") == 1
+
+
+def test_a_model_without_a_usable_tokenizer_is_one_line_at_dry_run(runnable, tmp_path, capsys):
+    bare = model_config(tmp_path / "bare")
+    assert main(["--dry-run", *runnable, f"model.path={bare}"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: model.path={bare}: the tokenizer loaded from there is empty ('11+12=' encodes to no tokens): it has "
+        "none of the tokenizer files tokenizer.json, tokenizer.model, vocab.json + merges.txt: copy them from the "
+        "model's source, or point model.tokenizer_path at a directory that has them\n")
+    small = model_config(tmp_path / "small", vocab_size=256)
+    assert main(["--dry-run", *runnable, f"model.path={small}", f"model.tokenizer_path={tmp_path / 'model'}"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: model.tokenizer_path={tmp_path / 'model'}: the tokenizer has 400 tokens, more than the model's "
+        f"vocab_size=256 ({small}/config.json): token ids from 256 on have no embedding; use the model's own "
+        "tokenizer\n")
+
+
+def test_an_unsupported_architecture_is_one_line_at_dry_run(runnable, tmp_path, capsys):
+    gpt2 = tmp_path / "gpt2"
+    gpt2.mkdir()
+    (gpt2 / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 2, "vocab_size": 512}))
+    make_tokenizer(gpt2)
+    assert main(["--dry-run", *runnable, f"model.path={gpt2}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: model.path={gpt2}: model_type 'gpt2' ")
+
+
+def test_checkpoints_that_will_not_fit_on_disk_are_a_warning_at_start(runnable, tmp_path, capsys):
+    from megarl.models.shapes import SHAPES
+
+    big = model_config(tmp_path / "qwen3_8b", **SHAPES["qwen3-8b"])  # 8.2B parameters: ~115 GB a checkpoint in bf16
+    make_tokenizer(big)
+    every_step = [*runnable, f"model.path={big}", "trainer.total_training_steps=400", "trainer.save_freq=1",
+                  "trainer.memory_check=false"]
+    assert main(["--dry-run", *every_step], gpu_gib=80.0) == 0
+    warning = capsys.readouterr().err.splitlines()[-1]
+    assert warning.startswith("warning: trainer.save_freq=1 saves 400 checkpoints of about 115 GB each (45.9 TB; "
+                              "trainer.max_ckpt_to_keep unset keeps every one, as in verl), but ")
+    assert "free: set trainer.max_ckpt_to_keep=" in warning or "not even one fits there" in warning
+    assert main(["--dry-run", *runnable, "trainer.total_training_steps=400", "trainer.save_freq=1"]) == 0
+    assert "warning" not in capsys.readouterr().err  # the tiny model's 400 checkpoints fit
+
+
+def test_an_output_dir_another_run_holds_is_refused_in_one_line_naming_it(runnable, tmp_path, capsys):
+    holder = RunLock(tmp_path / "run")  # as a run started before holds it
+    assert main(["--dry-run", *runnable]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: trainer.output_dir={tmp_path / 'run'} is in use by another run (host "
+                          f"{socket.gethostname()}, pid {os.getpid()}, since ") and err.count("\n") == 1
+    assert not (tmp_path / "run" / "config.yaml").exists()  # the running run's config stays its own
+    holder.release()
+    assert main(["--dry-run", *runnable]) == 0
+    assert not (tmp_path / "run" / LOCK_NAME).exists()  # released at the end

@@ -43,3 +43,14 @@ def test_a_spawned_child_running_its_megarl_main_again_is_not_announced():
                               timeout=120)
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert ("found in sys.modules after import of package 'megarl'" in proc.stderr) is announced
+
+
+def test_one_note_when_transformer_engine_is_missing_or_installed_and_not_asked_for():
+    from parallel.quiet import accelerators_notice
+
+    assert accelerators_notice(installed=False, asked=False).startswith("note: Transformer Engine and Apex are not")
+    assert accelerators_notice(installed=True, asked=False) == (
+        "note: Transformer Engine is installed but not used: megarl runs its tested local layers (megatron."
+        "transformer_impl auto or local); set actor.megatron.transformer_impl=transformer_engine for TE's, not yet "
+        "verified by megarl's GPU tests")
+    assert accelerators_notice(installed=True, asked=True) is None

@@ -193,3 +193,18 @@ def test_dispatch_names_missing_inputs_and_suggests_typos():
         compute_advantage("gae", token_level_rewards=rewards, response_mask=mask, gamma=1.0, lam=1.0)
     with pytest.raises(UnknownNameError, match="Did you mean 'grpo'"):
         compute_advantage("grp", token_level_rewards=rewards, response_mask=mask)
+
+
+@pytest.mark.parametrize("name", ["gae", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"])
+def test_huge_rewards_give_the_advantages_of_their_scaled_down_copies(name):
+    """Normalised advantages do not depend on the rewards' scale: a reward of 1e30 (whose square overflows float32)
+    trains as a reward of 1 does, instead of every advantage becoming 0."""
+    def advantages(scale):
+        rewards, mask = outcome_rewards([scale, 0.0, 0.0, scale, scale, 0.0], [2, 3, 1, 3, 2, 2])
+        adv, _ = compute_advantage(name, token_level_rewards=rewards, response_mask=mask,
+                                   values=torch.zeros_like(rewards), index=[0, 0, 0, 1, 1, 1], gamma=1.0, lam=1.0)
+        return adv
+
+    huge, unit = advantages(1e30), advantages(1.0)
+    assert torch.isfinite(huge).all() and huge.abs().max() > 0.1
+    torch.testing.assert_close(huge, unit, rtol=1e-4, atol=1e-5)

@@ -67,9 +67,16 @@ def test_choices_and_sizes():
     assert found[3:] == ["data.max_length=0 must be at least 1", "data.micro_batch_size_per_gpu=0 must be at least 1"]
 
 
+def test_optimizer_ranges():
+    found = problems("optim.lr=-1", "optim.betas=[0.9,1.0]", "optim.weight_decay=-1")
+    assert found == ["optim.lr=-1.0 must be > 0", "optim.weight_decay=-1.0 must be ≥ 0",
+                     "optim.betas[1]=1.0 must be in [0, 1)"]
+
+
 def test_checks_against_the_model_config(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"num_attention_heads": 4, "num_key_value_heads": 2,
-                                                      "num_hidden_layers": 2, "max_position_embeddings": 256}))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen3", "num_attention_heads": 4,
+                                                      "num_key_value_heads": 2, "num_hidden_layers": 2,
+                                                      "max_position_embeddings": 256}))
     found = problems(f"model.path={tmp_path}", "data.max_length=512", "trainer.n_gpus_per_node=4",
                      "data.train_batch_size=4", "actor.megatron.tensor_model_parallel_size=4")
     assert "actor.megatron.tensor_model_parallel_size=4 must divide the model's 4 attention heads and 2" in found[0]

@@ -108,7 +108,7 @@ def test_critic_is_checked_only_when_used_and_when_it_differs():
         ("rollout.name=vllm", "rollout.name='vllm' is not one of: sglang, transformers"),
         ("rollout.mode=agent", "rollout.mode='agent' is not one of: sync, async"),
         ("actor.megatron.recompute_granularity=some", "recompute_granularity='some'"),
-        ("actor.clip_ratio_c=1.0", "actor.clip_ratio_c=1.0 must be > 1.0"),
+        ("actor.clip_ratio_c=1.0", "actor.clip_ratio_c=1.0 must be > 1 (the dual-clip bound)"),
         ("rollout.gpu_memory_utilization=1.5", "must be in (0, 1)"),
         ("data.max_prompt_length=0", "data.max_prompt_length=0 must be at least 1"),
         ("trainer.log_interval=0", "trainer.log_interval=0 must be at least 1"),
@@ -116,10 +116,49 @@ def test_critic_is_checked_only_when_used_and_when_it_differs():
         ("reward.function=missing_file.py:fn", "file missing_file.py does not exist"),
         ("reward.function=no_colon", "write it as"),
         ("actor.optim.betas=[0.9]", "must be two numbers"),
+        # numeric ranges, each one line
+        ("actor.optim.lr=-1", "actor.optim.lr=-1.0 must be > 0"),
+        ("critic.optim.lr=0", "critic.optim.lr=0.0 must be > 0"),
+        ("actor.optim.lr=nan", "actor.optim.lr=nan must be a finite number"),
+        ("actor.optim.min_lr=-1e-7", "actor.optim.min_lr=-1e-07 must be in [0, actor.optim.lr=1e-06]"),
+        ("actor.optim.min_lr=nan", "actor.optim.min_lr=nan must be in [0, actor.optim.lr=1e-06]"),
+        ("actor.optim.min_lr=1e-5", "actor.optim.min_lr=1e-05 must be in [0, actor.optim.lr=1e-06]"),
+        ("actor.optim.weight_decay=-0.1", "actor.optim.weight_decay=-0.1 must be ≥ 0"),
+        ("actor.optim.betas=[0.9,1.5]", "actor.optim.betas[1]=1.5 must be in [0, 1)"),
+        ("critic.optim.betas=[-0.1,0.99]", "critic.optim.betas[0]=-0.1 must be in [0, 1)"),
+        ("actor.optim.clip_grad=-1", "actor.optim.clip_grad=-1.0 must be ≥ 0 (0: no clipping)"),
+        ("actor.optim.lr_warmup_steps=-5", "actor.optim.lr_warmup_steps=-5 must be ≥ 0"),
+        ("actor.clip_ratio_low=inf", "actor.clip_ratio_low=inf must be a finite number"),
+        ("actor.clip_ratio_high=nan", "actor.clip_ratio_high=nan must be a finite number"),
+        ("actor.kl_loss_coef=-0.1", "actor.kl_loss_coef=-0.1 must be ≥ 0"),
+        ("actor.entropy_coeff=nan", "actor.entropy_coeff=nan must be a finite number"),
+        ("critic.cliprange_value=0", "critic.cliprange_value=0.0 must be > 0"),
+        ("algorithm.gamma=1.5", "algorithm.gamma=1.5 must be in [0, 1]"),
+        ("algorithm.lam=-0.5", "algorithm.lam=-0.5 must be in [0, 1]"),
+        ("algorithm.kl_ctrl.kl_coef=-1", "algorithm.kl_ctrl.kl_coef=-1.0 must be ≥ 0"),
+        ("rollout.temperature=-1", "rollout.temperature=-1.0 must be ≥ 0 (0: greedy)"),
+        ("rollout.top_p=0", "rollout.top_p=0.0 must be in (0, 1]"),
+        ("rollout.top_k=0", "rollout.top_k=0 must be -1 (off) or ≥ 1"),
+        ("rollout.val_kwargs.top_p=1.5", "rollout.val_kwargs.top_p=1.5 must be in (0, 1]"),
+        ("reward.model.weight=nan", "reward.model.weight=nan must be a finite number"),
     ],
 )
 def test_bad_values(override, message):
     assert message in one_problem(override)
+
+
+def test_transformer_impl_is_a_choice_and_transformer_engine_must_be_importable():
+    assert load_config().actor.megatron.transformer_impl == "auto"
+    assert "actor.megatron.transformer_impl='te' is not one of: auto, local, transformer_engine" in one_problem(
+        "actor.megatron.transformer_impl=te")
+    assert one_problem("critic.megatron.transformer_impl=transformer_engine").startswith(
+        "critic.megatron.transformer_impl=transformer_engine needs Transformer Engine, which is not importable here")
+    assert one_problem("reward.model.path=rm", "reward.model.megatron.transformer_impl=local", "reward.rule_weight=0",
+                       "reward.model.megatron.transformer_impl=tev").startswith(
+        "reward.model.megatron.transformer_impl='tev' is not one of")
+    lora = problems("actor.lora.rank=8", "actor.megatron.transformer_impl=transformer_engine")
+    assert any(p.startswith("actor.megatron.transformer_impl=transformer_engine does not apply to a LoRA actor")
+               for p in lora)
 
 
 def test_group_estimators_need_several_samples():
@@ -141,8 +180,8 @@ def test_every_problem_is_reported_at_once():
 @pytest.fixture
 def model_dir(tmp_path):
     (tmp_path / "config.json").write_text(
-        json.dumps({"num_attention_heads": 14, "num_key_value_heads": 2, "num_hidden_layers": 28,
-                    "max_position_embeddings": 2048})
+        json.dumps({"model_type": "qwen2", "num_attention_heads": 14, "num_key_value_heads": 2,
+                    "num_hidden_layers": 28, "max_position_embeddings": 2048})
     )
     return tmp_path
 
@@ -161,9 +200,26 @@ def test_parallel_sizes_must_fit_the_model(model_dir):
     load_config(overrides=[*world, "actor.megatron.tensor_model_parallel_size=2", "rollout.tensor_model_parallel_size=2"])
 
 
+@pytest.mark.parametrize("config", [
+    {"model_type": "gpt2", "n_head": 12, "n_layer": 12, "vocab_size": 50257},
+    {"model_type": "mistral", "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+     "sliding_window": 4096},
+    {"num_attention_heads": 4, "num_hidden_layers": 2},
+])
+def test_an_architecture_megarl_does_not_build_is_refused_naming_the_ones_it_does(tmp_path, config):
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    found = config.get("model_type")
+    assert one_problem(f"model.path={tmp_path}") == (
+        f"model.path={tmp_path}: model_type {found!r} ({tmp_path}/config.json) is not an architecture megarl builds "
+        "(llama, qwen2, qwen3): start from a checkpoint of one of those families")
+    reward_model = one_problem(f"reward.model.path={tmp_path}", "algorithm.adv_estimator=grpo", "rollout.n=2")
+    assert reward_model.startswith(f"reward.model.path={tmp_path}: model_type {found!r}")
+
+
 def test_critic_model_is_checked_when_it_differs(model_dir, tmp_path_factory):
     other = tmp_path_factory.mktemp("critic")
-    (other / "config.json").write_text(json.dumps({"num_attention_heads": 6, "num_hidden_layers": 4}))
+    (other / "config.json").write_text(json.dumps({"model_type": "llama", "num_attention_heads": 6,
+                                                    "num_hidden_layers": 4}))
     msg = one_problem("trainer.n_gpus_per_node=4", "data.train_batch_size=64", f"model.path={model_dir}",
                       f"critic.model.path={other}", "critic.megatron.tensor_model_parallel_size=4",
                       "critic.enable_resource_pool=true")

@@ -12,6 +12,7 @@ import pytest
 from megarl.config import load_config
 from megarl.convert.command import main as convert_main
 from megarl.train import main as train_main
+from tests.helpers import make_tokenizer
 
 SCRIPTS = Path(__file__).parent / "verl_scripts"
 COMMON_GRPO = {"algorithm.adv_estimator": "grpo", "algorithm.use_kl_in_reward": False, "actor.use_kl_loss": True,
@@ -110,8 +111,10 @@ def verl_machine(tmp_path, monkeypatch):
     the environment the scripts read ($HOME and the model variables)."""
     model = tmp_path / "model"
     model.mkdir()
-    (model / "config.json").write_text(json.dumps({"num_attention_heads": 8, "num_key_value_heads": 4,
-                                                   "num_hidden_layers": 2, "max_position_embeddings": 16384}))
+    (model / "config.json").write_text(json.dumps({"model_type": "qwen2", "num_attention_heads": 8,
+                                                   "num_key_value_heads": 4, "num_hidden_layers": 2,
+                                                   "max_position_embeddings": 16384, "vocab_size": 512}))
+    make_tokenizer(model)  # --dry-run loads the policy's tokenizer and checks it against the vocabulary
     row = {"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": "q"}],
            "reward_model": {"ground_truth": "1"}}
     for directory in ("xr1-750", "data/gsm8k", "data/math"):

@@ -179,3 +179,29 @@ def test_loader_errors():
     loader = PromptLoader(Items(5), 2, seed=1)
     with pytest.raises(ValueError, match="seed"):
         loader.load_state_dict({"epoch": 0, "batch_in_epoch": 0, "seed": 2})
+
+
+def not_utf8_parquet(path, rows_, column, row, bad: bytes):
+    """`rows_` as parquet with string column `column`'s value in `row` replaced by the bytes `bad`, unchecked (as a
+    writer that does not validate its text leaves them)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = datasets.Dataset.from_list(rows_).data.table
+    values = [v.encode() if isinstance(v, str) else v for v in table[column].to_pylist()]
+    values[row] = bad
+    text = pa.array(values, type=pa.binary()).view(pa.string())
+    pq.write_table(table.set_column(table.schema.get_field_index(column), column, text), path)
+    return path
+
+
+def test_an_empty_or_undecodable_prompt_is_an_error_naming_file_and_row(tmp_path, tokenizer):
+    empty = rows(3)
+    empty[1]["prompt"] = []
+    data = to_parquet(tmp_path / "empty.parquet", empty)
+    with pytest.raises(DataError, match=rf"^{data} row 1: the prompt is an empty list of messages"):
+        RLDataset([data], tokenizer, max_prompt_length=256)
+    text_rows = [{**row, "prompt": f"question {i}"} for i, row in enumerate(rows(3))]
+    data = not_utf8_parquet(tmp_path / "latin1.parquet", text_rows, "prompt", 2, "café".encode("latin-1"))
+    with pytest.raises(DataError, match=rf"^{data} row 2: column 'prompt' is not valid UTF-8"):
+        RLDataset([data], tokenizer, max_prompt_length=256)

@@ -1,12 +1,15 @@
 """What megarl's bridge builds and exports in one pipeline layout, under torchrun (run by test_bridge.py).
 
-usage: torchrun --nproc-per-node N bridge_worker.py MODEL_DIR OUT_JSON --pp P
+usage: torchrun --nproc-per-node N bridge_worker.py MODEL_DIR OUT_JSON --pp P [--te-installed]
 Rank 0 writes every stage's layers (global number, core attention), final norms, the HF names an actor and
-a critic export, in order (repeats included), and what mbridge's own Qwen3 class maps output_layer to.
+a critic export, in order (repeats included), and what mbridge's own Qwen3 class maps output_layer to. With
+--te-installed every megarl module that asks whether Transformer Engine is importable is told it is (as in the Docker
+image), so the models show which layers the default `megatron.transformer_impl` builds there.
 """
 
 import argparse
 import json
+import sys
 
 import torch
 import torch.distributed as dist
@@ -39,8 +42,13 @@ def main():
     parser.add_argument("model_dir")
     parser.add_argument("out")
     parser.add_argument("--pp", type=int, default=1)
+    parser.add_argument("--te-installed", action="store_true")
     args = parser.parse_args()
     cpu_compat.enable()  # a CPU test: megatron through the CPU shim
+    if args.te_installed:
+        for name, module in list(sys.modules.items()):
+            if name.startswith("megarl.") and hasattr(module, "transformer_engine_available"):
+                module.transformer_engine_available = lambda: True
     topology.init_distributed(timeout_s=300)
     topology.init_model_parallel(pp=args.pp, seed=0)
     bridge, actor = build(args.model_dir, value_head=False)

@@ -102,12 +102,36 @@ def test_a_family_megarl_does_not_convert_is_named(tmp_path):
         make_bridge(tmp_path, torch.float32)
 
 
+def test_transformer_impl_chooses_the_layers_and_auto_is_local_where_te_is_installed(tmp_path, monkeypatch):
+    """`auto` builds the local spec even where Transformer Engine is importable (as in the Docker image; the layers
+    built there: test_pipeline_stages_build_and_export_through_the_mapping); only `transformer_engine` asks for TE's
+    layers, and where TE is missing that is an error naming it."""
+    from megarl.config.schema import MegatronConfig
+    from megarl.models import accelerators
+    from megarl.models.roles import build_reference
+
+    model = make_model("qwen2", tmp_path / "model")
+    with pytest.raises(ValueError, match="transformer_impl=transformer_engine needs Transformer Engine"):
+        build_reference(model, MegatronConfig(transformer_impl="transformer_engine"))  # the role's flag reaches it
+    monkeypatch.setattr(accelerators, "transformer_engine_available", lambda: True)  # TE installed, as on GPUs
+    assert [accelerators.uses_transformer_engine(impl) for impl in ("auto", "local", "transformer_engine")] == [
+        False, False, True]
+
+
+def test_the_config_accepts_the_families_that_have_a_bridge():
+    from megarl.models.bridge import BRIDGES
+    from megarl.models.shapes import MODEL_TYPES
+
+    assert sorted(BRIDGES) == list(MODEL_TYPES)
+
+
 def test_pipeline_stages_build_and_export_through_the_mapping(tmp_path):
-    """A tied Qwen3 in two pipeline stages: one SDPA layer per stage, every checkpoint tensor exported once
-    (the tied output layer is the embedding), the critic's head as score.weight, mbridge's classes untouched."""
+    """A tied Qwen3 in two pipeline stages: one SDPA layer per stage (megarl's local layers, which the default
+    transformer_impl builds where Transformer Engine is installed too), every checkpoint tensor exported once (the
+    tied output layer is the embedding), the critic's head as score.weight, mbridge's classes untouched."""
     model = make_model("qwen3", tmp_path / "model")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(WORKER), str(model),
-           str(tmp_path / "out.json"), "--pp", "2"]
+           str(tmp_path / "out.json"), "--pp", "2", "--te-installed"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=ENV)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     result = json.loads((tmp_path / "out.json").read_text())

@@ -9,6 +9,7 @@ import pytest
 from megarl import train
 from megarl.models.shapes import SHAPES
 from megarl.plan import check
+from tests.helpers import make_tokenizer
 
 
 @pytest.fixture
@@ -17,6 +18,7 @@ def qwen3_8b_run(tmp_path, monkeypatch):
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps(SHAPES["qwen3-8b"]))
+    make_tokenizer(model)
     data = tmp_path / "train.parquet"
     datasets.Dataset.from_list([{"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": "q"}],
                                  "reward_model": {"ground_truth": "1"}}]).to_parquet(str(data))
@@ -40,12 +42,19 @@ def test_a_run_that_cannot_fit_is_refused_before_any_worker_starts(qwen3_8b_run,
 
 
 def test_a_tight_update_launches_with_a_warning(qwen3_8b_run, capsys):
-    # optimizer and gradient offload, a 4,096-token update budget: the update fits 24 GiB (20.7 GiB planned), within
+    # optimizer and gradient offload, a 6,144-token update budget: the update fits 24 GiB (21.8 GiB planned), within
     # the update plan's error of it
     assert train.main(["--dry-run", *qwen3_8b_run, "actor.megatron.optimizer_offload=true",
-                       "actor.megatron.grad_offload=true", "actor.ppo_max_token_len_per_gpu=4096"], gpu_gib=24.0) == 0
+                       "actor.megatron.grad_offload=true", "actor.ppo_max_token_len_per_gpu=6144"], gpu_gib=24.0) == 0
     err = capsys.readouterr().err
     assert "memory plan: tight: update_actor" in err and "(megarl plan shows the table)" in err
+
+
+def test_the_24_gb_recipe_passes_its_launch_check_on_24_gib_gpus(qwen3_8b_run, capsys):
+    recipe = ["--recipe", "recipes/qwen3_8b_grpo_gsm8k_4gpu_24gb.yaml"]
+    own = [arg for arg in qwen3_8b_run[2:] if not arg.startswith("actor.megatron.")]  # the recipe's own offloads
+    assert train.main(["--dry-run", *recipe, *own], gpu_gib=24.0) == 0
+    assert "memory plan" not in capsys.readouterr().err  # no update within the plan's error of the GPU's memory
 
 
 def test_memory_check_false_launches_anyway(qwen3_8b_run, capsys):

@@ -86,7 +86,71 @@ def test_bf16_gradient_buffers_halve_the_gradients_in_every_phase_that_holds_the
     for phase in ("gen", "update_actor"):
         assert fp32.phase(phase).part("actor grads") == 4 * parameters
         assert bf16.phase(phase).part("actor grads") == 2 * parameters
-        assert fp32.phase(phase).total - bf16.phase(phase).total >= 2 * parameters * (0.5 if phase == "gen" else 1)
+    assert fp32.phase("gen").total - bf16.phase("gen").total >= parameters
+    copy = bf16.phase("update_actor").part("gradient copy to host")  # the recipe offloads its optimizer
+    assert fp32.phase("update_actor").total - bf16.phase("update_actor").total == 2 * parameters - copy
+
+
+def test_bf16_gradients_reach_an_offloaded_optimizer_through_a_float32_copy_on_its_stream(inputs_for):
+    """The hybrid optimizer copies each gradient shard to its float32 host copy on a stream of its own; torch converts
+    a non-blocking device-to-host copy on the device, one parameter at a time: 4 bytes per element of the largest."""
+    shape = inputs_for().policy
+    largest = shape.vocab // 4 * shape.hidden  # the embedding's and the output layer's shards at TP 4
+    assert largest > 2 * shape.ffn // 4 * shape.hidden
+    for overrides, expected in ((["actor.megatron.grad_reduce_in_fp32=false"], 4 * largest),
+                                ([], 0),  # float32 gradients go to the host as they are
+                                (["actor.megatron.grad_reduce_in_fp32=false", "actor.megatron.optimizer_offload=false",
+                                  "actor.ppo_max_token_len_per_gpu=30000"], 0)):  # no host copy: the step is here
+        update = plan_memory(inputs_for(*overrides)).phase("update_actor")
+        assert update.part("gradient copy to host") == expected, overrides
+
+
+def test_the_optimizer_step_on_the_gpu_holds_the_square_roots_of_adams_second_moments(inputs_for):
+    """torch's foreach AdamW takes the square root of a group's second moments at once (4 bytes per parameter of the
+    shard); with bf16 gradients megatron first copies them to float32 (4 more). After the backward, whose tensors are
+    gone: the step is the update's peak where it holds more than the backward's tensors."""
+    recipe = ["actor.megatron.optimizer_offload=false", "actor.ppo_max_token_len_per_gpu=2048"]
+    state = role_states(inputs_for(*recipe))["actor"]
+    shard = state.parameters // state.optimizer_shards
+    for grads, copies in (("true", 1), ("false", 2)):
+        update = plan_memory(inputs_for(*recipe, f"actor.megatron.grad_reduce_in_fp32={grads}")).phase("update_actor")
+        assert update.note == "in the optimizer step"
+        assert update.part("optimizer step") == copies * 4 * shard
+        assert update.part("activations") == update.part("logits") == 0
+    offloaded = plan_memory(inputs_for("actor.ppo_max_token_len_per_gpu=2048")).phase("update_actor")
+    assert offloaded.part("optimizer step") == 0 and offloaded.note == "" and offloaded.part("logits") > 0
+
+
+def test_a_recomputed_layer_exists_once_the_output_layers_tensors_are_gone(inputs_for):
+    """With full recomputation the backward first holds every layer's input and the vocabulary-sized tensors, then,
+    layer by layer, one recomputed layer's activations: the larger moment counts, not their sum."""
+    from megarl.plan.activations import layer_bytes, saved_bytes
+    inputs = inputs_for("actor.ppo_max_token_len_per_gpu=8192")
+    shape, mesh = inputs.policy, inputs.mesh("actor")
+    update = plan_memory(inputs).phase("update_actor")
+    assert update.part("activations") == saved_bytes(shape, mesh, 8192, "full")
+    assert update.part("logits") + update.part("logit gradient") > layer_bytes(shape, mesh.tp, 8192)
+    critic = inputs_for("algorithm.adv_estimator=gae", "critic.megatron.tensor_model_parallel_size=4",
+                        "critic.megatron.recompute_granularity=full", "critic.megatron.optimizer_offload=true",
+                        "critic.ppo_max_token_len_per_gpu=8192")
+    update_critic = plan_memory(critic).phase("update_critic")  # no logits: the recomputed layer is the larger moment
+    assert update_critic.part("activations") == (saved_bytes(shape, critic.mesh("critic"), 8192, "full")
+                                                  + layer_bytes(shape, critic.mesh("critic").tp, 8192))
+
+
+def test_an_update_reserves_one_more_block_of_its_largest_tensor(inputs_for):
+    """The caching allocator held one block of the update's largest tensor beyond its live tensors in every sampled
+    update (Calibration.update_cache_blocks): the actor's logits, the critic's fc1 output."""
+    from megarl.plan.activations import largest_activation_bytes
+    inputs = inputs_for("algorithm.adv_estimator=gae", "critic.megatron.tensor_model_parallel_size=4",
+                        "critic.ppo_max_token_len_per_gpu=8192")
+    plan = plan_memory(inputs)
+    actor, critic = plan.phase("update_actor"), plan.phase("update_critic")
+    assert actor.part("allocator cache") == actor.part("logits") > 0
+    assert critic.part("allocator cache") == largest_activation_bytes(inputs.critic, inputs.mesh("critic"), 8192)
+    none = replace(inputs, calibration=replace(inputs.calibration, update_cache_blocks=0))
+    assert plan_memory(none).phase("update_actor").total == actor.total - actor.part("allocator cache")
+    assert plan_memory(none).phase("old_log_prob") == plan.phase("old_log_prob")  # a forward pass: no such block
 
 
 def test_activations_scale_linearly_with_the_token_budget(inputs_for):
@@ -156,6 +220,22 @@ def test_processes_of_a_run_on_several_gpus_hold_their_collectives_outside_torch
     assert engines_tp2.part("released engine") == gib(cal.released_engine_gib + cal.engine_collectives_gib)
 
 
+def test_a_decode_batch_above_the_engines_cuda_graphs_runs_eagerly_beside_its_share(inputs_for):
+    """64 prompts × 8 responses in one TP 4 engine: with graphs to batch 64 the 512 responses decode eagerly, their
+    [batch × vocabulary] tensors in the engine's allocator; graphs to 512, or none asked of SGLang, hold them."""
+    capped = inputs_for("rollout.engine_kwargs.cuda_graph_max_bs_decode=64", gpu_gib=80.0)
+    plan = plan_memory(capped)
+    batch = min(64 * 8, plan.kv_cache_tokens // 512)
+    assert batch > 64
+    per_entry = capped.calibration.eager_decode_bytes_per_entry
+    assert plan.phase("gen").part("engine eager decode") == round(per_entry * batch * capped.policy.vocab)
+    assert plan.phase("sync").part("engine eager decode") == 0  # the sync decodes nothing
+    for overrides in (["rollout.engine_kwargs.cuda_graph_max_bs_decode=512"], []):
+        assert plan_memory(inputs_for(*overrides, gpu_gib=80.0)).phase("gen").part("engine eager decode") == 0
+    eager = plan_memory(inputs_for("rollout.engine_kwargs.disable_cuda_graph=true", gpu_gib=80.0)).phase("gen")
+    assert eager.part("engine eager decode") == plan.phase("gen").part("engine eager decode")
+
+
 def test_the_trainer_process_memory_outside_torch_is_in_every_phase_and_not_in_the_engine_share(inputs_for):
     """One GiB more of it raises each trainer phase by that GiB, and gen and a sync that peaks once the KV cache
     resumes by only 1 − fraction of it: the engine's share of free memory shrinks by the rest."""
@@ -199,15 +279,15 @@ def test_the_vocabulary_weight_gradient_takes_a_block_of_its_own_only_where_the_
     assert update(4096)[1].phase("update_actor").part("vocabulary weight grad") == 0
 
 
-def test_an_update_holds_its_micro_batch_tensors_and_no_reserve_scaled_from_them(inputs_for):
-    """A phase's transient parts are tensors it allocates: the critic's update only its activations (the value
-    head's output is one number per token), the actor's also the vocabulary-sized ones."""
+def test_a_phase_holds_its_micro_batch_tensors_and_an_update_one_cached_block(inputs_for):
+    """A phase's transient parts are tensors it allocates (an update's also one cached block): the critic's only its
+    activations (the value head's output is one number per token), the actor's also the vocabulary-sized ones."""
     plan = plan_memory(inputs_for("algorithm.adv_estimator=gae", "critic.megatron.tensor_model_parallel_size=4"))
     held = ("weights", "grads", "optimizer", "trainer process", "released engine")
     vocabulary = {"logits", "logit gradient"}
-    for phase, expected in (("values", {"activations"}), ("update_critic", {"activations"}),
+    for phase, expected in (("values", {"activations"}), ("update_critic", {"activations", "allocator cache"}),
                             ("old_log_prob", {"activations"} | vocabulary - {"logit gradient"}),
-                            ("update_actor", {"activations"} | vocabulary)):
+                            ("update_actor", {"activations", "allocator cache"} | vocabulary)):
         assert {name for name, _ in plan.phase(phase).parts if not name.endswith(held)} == expected, phase
 
 
@@ -273,6 +353,11 @@ def test_a_lora_actor_trains_only_its_adapters_and_is_its_own_reference(inputs_f
     before, after = plan_memory(full), plan_memory(lora)
     reference_weights = 2 * p
     saved = (4 + 12 // actor.optimizer_shards) * (p - t) - 2 * t  # gradients and Adam move to T, T's weights join
-    assert drops(before, after)["update_actor"] == saved
+
+    def state(phase):
+        return sum(size for name, size in phase.parts if name.startswith("actor"))
+
+    assert state(before.phase("update_actor")) - state(after.phase("update_actor")) == saved
+    assert before.phase("update_actor").part("optimizer step") == 4 * p // actor.optimizer_shards  # Adam's step
     assert drops(before, after)["ref"] == saved + reference_weights
     assert after.phase("ref") is not None

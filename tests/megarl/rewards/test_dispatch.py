@@ -107,6 +107,18 @@ def test_scorer_rejects_non_numbers_per_sample(tokenizer):
     assert result.num_errors == 3 and result.scores.tolist() == [0.0, 0.0, 0.0, 0.5]
 
 
+def test_a_reward_beyond_float32_is_refused_naming_its_value(tokenizer):
+    def huge(**kw):
+        return 1e39
+
+    responses, mask = encode_responses(tokenizer, ["a", "b"])
+    with pytest.raises(RewardFunctionError, match=r"function .*huge failed on all 2 samples.*a reward must be within "
+                                                  r"float32's range .*got 1e\+39"):
+        RewardScorer(tokenizer, huge)(responses, mask, ["d"] * 2, ["g"] * 2)
+    result = RewardScorer(tokenizer, lambda **kw: 1e30)(responses, mask, ["d"] * 2, ["g"] * 2)
+    assert result.num_errors == 0 and result.scores.tolist() == [pytest.approx(1e30)] * 2
+
+
 def test_scorer_stops_when_every_sample_fails(tokenizer):
     def broken(**kw):
         raise KeyError("ground_truth")

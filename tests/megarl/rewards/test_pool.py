@@ -1,7 +1,10 @@
 """A user's reward function runs in worker processes: a sample that hangs scores 0 after `reward.timeout_s`, its
-worker is replaced, and the run goes on; the crash semantics are the in-process ones."""
+worker is replaced, and the run goes on; the crash semantics are the in-process ones. What a call prints reaches the
+console up to a cap, the rest goes to the reward log, counted."""
 
+import json
 import os
+import sys
 import time
 
 import pytest
@@ -9,7 +12,8 @@ import pytest
 from megarl.config.schema import RewardConfig
 from megarl.registry import UnknownNameError
 from megarl.rewards import RewardFunctionError, RewardScorer
-from megarl.rewards.pool import RewardPool
+from megarl.rewards.pool import OUTPUT_CAP, RewardPool
+from tests.helpers import run_command
 from tests.megarl.rewards.test_dispatch import encode_responses
 
 TIMEOUT_S = 1.0
@@ -28,6 +32,8 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, bonu
         os._exit(3)
     if "lambda" in solution_str:
         return {"score": 1.0, "pid": lambda: 0}
+    if "loud" in solution_str:
+        print("x" * 5000)
     return {"score": 1.0 + bonus, "pid": os.getpid()}
 """
 
@@ -59,7 +65,7 @@ def test_hung_samples_score_zero_after_the_timeout_and_the_next_batch_scores(tok
     # Two workers: each hung sample holds one for TIMEOUT_S, then a fresh worker takes over.
     assert time.monotonic() - start < 4 * TIMEOUT_S + 10
     assert result.scores.tolist() == [1.5, 0.0, 1.5, 0.0, 1.5]
-    assert result.metrics == {"reward/num_errors": 0.0, "reward/num_timeouts": 2.0}
+    assert result.metrics == {"reward/num_errors": 0.0, "reward/num_timeouts": 2.0, "reward/output_overflow_bytes": 0.0}
     assert "reward.timeout_s=1.0" in caplog.text and "'hang 1'" in caplog.text and "'d'" in caplog.text
     after = score(tokenizer, scorer, ["fine", "fine", "fine"])
     assert after.scores.tolist() == [1.5] * 3 and after.num_timeouts == 0
@@ -118,3 +124,37 @@ def test_close_ends_every_worker(spec):
         pid = pid.extra["pid"]
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+@pytest.mark.timeout(60)
+def test_what_calls_print_past_the_cap_is_counted(tokenizer, scorer):
+    result = score(tokenizer, scorer, ["loud", "fine", "loud"])
+    assert result.scores.tolist() == [1.5] * 3
+    assert result.metrics["reward/output_overflow_bytes"] == 2 * (5001 - OUTPUT_CAP)  # the text and its newline
+
+
+LOUD_POOL = """
+import json, sys
+from megarl.rewards.pool import RewardPool
+sample = {"data_source": "d", "solution_str": "x", "ground_truth": "g", "extra_info": None}
+with RewardPool(sys.argv[1], {}, timeout_s=60, workers=2, output_log=sys.argv[2]) as pool:
+    outcomes = pool.map([sample] * 4)
+print(json.dumps([[o.score, o.output_overflow] for o in outcomes]))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_function_printing_10_mb_a_call_puts_a_kilobyte_a_call_on_the_console(tmp_path):
+    """The console is the workers' own (inherited) stdout and stderr: a process of its own, whose output is read."""
+    (tmp_path / "loud.py").write_text("import sys\ndef f(**kw):\n    print('x' * 10_000_000)\n"
+                                      "    sys.stderr.write('y' * 10)\n    return 1.0\n")
+    log = tmp_path / "out" / "reward_function.log"
+    log.parent.mkdir()
+    done = run_command([sys.executable, "-c", LOUD_POOL, f"{tmp_path}/loud.py:f", str(log)], timeout=110)
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = 10_000_011  # the x's, print's newline, the y's
+    assert json.loads(done.stdout.splitlines()[-1]) == [[1.0, printed - OUTPUT_CAP]] * 4
+    console = done.stdout + done.stderr
+    assert len(console) < 4 * (OUTPUT_CAP + 200) + 200, console[:3000]
+    assert console.count(f"[... {printed - OUTPUT_CAP} more bytes of this reward function call's output in {log}]") == 4
+    assert log.stat().st_size > 4 * printed and log.read_text().count("=== reward worker pid") == 4

@@ -15,6 +15,7 @@ import pytest
 from megarl.algorithms import make_kl_controller
 from megarl.config import ConfigError, load_config
 from megarl.data.dataset import PromptLoader
+from megarl.trainer.ckpt_manifest import IncompleteCheckpoint
 from megarl.trainer.checkpoint import (
     TRACKER,
     Checkpointer,
@@ -30,11 +31,12 @@ class FileRole:
     def __init__(self, name: str):
         self.name, self.value, self.loaded_from, self.fail = name, 0, None, False
 
-    def save_checkpoint(self, path: str) -> None:
+    def save_checkpoint(self, path: str) -> list[str]:
         if self.fail:
             raise RuntimeError("a rank died")
         Path(path).mkdir()
         (Path(path) / "role.json").write_text(json.dumps({"role": self.name, "value": self.value}))
+        return ["role.json"]
 
     def load_checkpoint(self, path: str) -> None:
         self.loaded_from = path
@@ -207,6 +209,29 @@ def test_a_save_ends_with_a_manifest_of_every_file(tmp_path):
     assert sorted(manifest["files"]) == ["actor/role.json", "trainer_state.json"]
     data = (root / "global_step_1" / "trainer_state.json").read_bytes()
     assert manifest["files"]["trainer_state.json"] == [len(data), zlib.crc32(data)]
+
+
+class ShardedRole(FileRole):
+    """A role whose checkpoint also has a shard, which another process removes before the save ends (as a second run
+    writing into the same output directory did)."""
+
+    def save_checkpoint(self, path: str) -> list[str]:
+        files = super().save_checkpoint(path)
+        (Path(path) / "model").mkdir()
+        return [*files, "model/.metadata", "model/__1_0.distcp"]
+
+
+def test_a_checkpoint_missing_a_file_its_writers_listed_is_never_committed(tmp_path):
+    cfg = config(tmp_path, "trainer.save_freq=1")
+    checkpoints, *_ = checkpointer(cfg)
+    checkpoints.save(1)
+    incomplete, *_ = checkpointer(cfg, {"actor": ShardedRole("actor"), "critic": None})
+    with pytest.raises(IncompleteCheckpoint, match=r"global_step_2.partial is incomplete, actor/model/.metadata, "
+                                                   r"actor/model/__1_0.distcp missing \(was another run writing"):
+        incomplete.save(2)
+    root = checkpoints_root(cfg)
+    assert complete_steps(root) == [1] and find_resume_checkpoint(cfg) == root / "global_step_1"
+    assert not (root / "global_step_2.partial" / "manifest.json").exists()
 
 
 DAMAGES = {  # name: (what happened to global_step_2, the reason the warning gives)

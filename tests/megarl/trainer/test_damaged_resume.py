@@ -3,7 +3,8 @@ run saves steps 1 and 2, then in a copy step 2's first model shard is cut in hal
 step 2 with one warning naming the file, resumes from step 1 to the step-2 metrics of the whole run, and leaves step
 2 in place; asked for step 2 by path, the run stops before any worker starts with a one-line error naming the file,
 and so it does for a step 2 whose trainer_state.json changed. Without its manifest (as a checkpoint saved before
-manifests), the cut shard fails inside the workers with an error naming the checkpoint directory."""
+manifests), the cut shard fails inside the workers with an error naming the checkpoint directory. Resuming at another
+tensor-parallel size is refused before any worker starts."""
 
 import shutil
 import subprocess
@@ -79,3 +80,12 @@ def test_auto_resume_skips_a_damaged_checkpoint_and_a_resume_path_names_it(setup
     assert code == 1
     assert f"{step2} has no manifest.json" in log
     assert f"CheckpointError: {step2 / 'actor' / 'model'} cannot be read (EOFError on rank " in log
+
+    # At another tensor-parallel size the saved optimizer state (megatron's dp_reshardable format) cannot load: refused
+    # before any worker starts, with one line.
+    code, log = train(setup, whole, tmp_path / "tp2.log", score, "trainer.total_training_steps=3",
+                      "actor.megatron.tensor_model_parallel_size=2", torchrun=False)
+    assert code == 2, log[-3000:]
+    assert log.rstrip().splitlines()[-1].startswith(
+        f"error: checkpoint {whole / 'checkpoints' / 'global_step_2'} cannot resume at "
+        "actor.megatron.tensor_model_parallel_size=2: its actor was saved at 1, ")

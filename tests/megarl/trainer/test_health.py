@@ -95,3 +95,18 @@ def test_a_collapsing_run_warns_and_stops_with_its_checkpoint(setup, tmp_path):
     assert "health (entropy_collapse) at step 2:" in proc.stdout
     assert [s["health/entropy_collapse"] for s in read_metrics(out)] == [0.0, 1.0]
     assert (out / "checkpoints" / "global_step_2" / "trainer_state.json").is_file()
+
+
+def test_zero_advantages_from_differing_scores_are_a_breach_naming_the_cause():
+    health, said = monitor()
+    tied = {"critic/advantages/max": 0.0, "critic/advantages/min": 0.0, "critic/score/varied_ratio": 0.0,
+            "critic/score/max": 1.0, "critic/score/min": 0.0}
+    assert health(1, tied) == {"health/zero_advantages": 0.0} and not said  # every group tied: nothing to learn
+    overflow = {**tied, "critic/score/varied_ratio": 0.5, "critic/score/max": 1e30}
+    assert health(2, overflow) == {"health/zero_advantages": 1.0}
+    assert said == ["health (zero_advantages) at step 2: every advantage is 0 although the responses of 50% of the "
+                    "prompts scored differently (critic/score in [0, 1e+30]), so the step trained nothing: scores "
+                    "this large lose their differences in the advantage statistics; scale the reward down (to about "
+                    "[-10, 10])"]
+    health(3, {**overflow, "critic/score/max": 1.0})
+    assert "algorithm.adv_estimator" in said[-1]

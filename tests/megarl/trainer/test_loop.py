@@ -46,6 +46,17 @@ def test_memory_metrics_take_each_phase_peak_of_the_fullest_gpu():
     assert memory_metrics(without_gpus) == {"memory/host/peak_gb": 1.0}
 
 
+def test_a_colocated_sync_peaks_when_the_kv_cache_resumes():
+    # The colocated hand-over's `resume` window (weights back, then the KV cache after update_weights) holds the
+    # sync's peak: the KV cache back beside the weights. memory/sync read update_weights alone since 0f7d2c3.
+    gb = 10**9
+    rank = {"update_weights": {"device": 20 * gb, "host": gb, "reserved": 5 * gb, "allocated": 5 * gb},
+            "resume": {"device": 60 * gb, "host": gb, "reserved": 5 * gb, "allocated": 4 * gb},
+            "step": {"device": 60 * gb, "host": gb, "reserved": 5 * gb, "allocated": 5 * gb}}
+    metrics = memory_metrics([rank])
+    assert (metrics["memory/sync/peak_gb"], metrics["memory/sync/allocated_gb"]) == (60.0, 5.0)
+
+
 def test_grpo_with_kl_loss_under_torchrun(setup, tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),

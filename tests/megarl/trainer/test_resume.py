@@ -4,7 +4,8 @@ trainer.resume_mode=auto, logs exactly the step-3 metrics of an uninterrupted ru
 DAPO's dynamic sampling (which draws a step's prompts in rounds) and overlong shaping; PPO with a critic, an
 adaptive KL controller and DP=2, resumed past a checkpoint left half-written (`global_step_3.partial`) and a corrupt
 tracker file. Both add PPO-ptx, whose pretraining loader resumes too. A checkpoint's actor directory exports to HF (bit-exactness
-of that export is tests/megarl/models/test_checkpoint.py's)."""
+of that export is tests/megarl/models/test_checkpoint.py's). Neither the resume nor the export shows library
+warnings."""
 
 import json
 import os
@@ -101,6 +102,7 @@ def export(checkpoint, hf):
     proc = subprocess.run([sys.executable, "-m", "megarl.cli", "export", "--checkpoint", str(checkpoint), "--out",
                            str(hf)], cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "FutureWarning" not in proc.stderr, proc.stderr[-4000:]  # megatron's loading calls deprecated torch APIs
     from transformers import AutoModelForCausalLM
 
     AutoModelForCausalLM.from_pretrained(hf)
@@ -155,6 +157,9 @@ def test_a_killed_run_resumes_to_the_same_metrics(setup, reward, tmp_path, case)
 
     log = run(command(setup, interrupted, case, reward), tmp_path / "resumed.log")
     assert f"resumed from {saved / 'global_step_2'} (step 2)" in log
+    # The killed run's rank 0 held the output directory: the kernel released its lock, its lock file says whose it was
+    assert f"note: taking trainer.output_dir={interrupted} over from a run that ended without releasing it" in log
+    assert "FutureWarning" not in log, log[-6000:]
     expected = step_metrics(whole, 3)
     assert expected["actor/grad_norm"] > 1e-3  # the policy really moves: equal metrics would prove little otherwise
     assert step_metrics(interrupted, 3) == expected

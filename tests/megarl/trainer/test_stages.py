@@ -120,3 +120,15 @@ def test_with_a_reward_model_rows_without_ground_truth_skip_the_rules(batch, tok
     none = Batch(batch.tensors, {**batch.fields, "reward_model": [{}] * 4})
     assert score(none, scorer, with_truth_only=True)[0]["token_level_scores"].abs().sum() == 0
     assert score(missing, scorer)[1] == {"reward/num_errors": 2.0}  # rules alone: each such row is a failure
+
+
+def test_data_metrics_say_how_many_prompts_responses_differ_and_verls_extremes(batch):
+    scores = torch.zeros(batch["responses"].shape)
+    last = batch["response_mask"].sum(-1).long() - 1
+    scores[torch.arange(4), last] = torch.tensor([1e30, 0.0, 1.0, 1.0])
+    batch = batch.union(Batch({"token_level_scores": scores, "token_level_rewards": scores}))
+    out = advantages(batch, load_config(overrides=["algorithm.adv_estimator=grpo", "rollout.n=2"]).algorithm)
+    metrics = data_metrics(batch.union(out), max_response_length=4)
+    assert metrics["critic/score/varied_ratio"] == 0.5  # the first prompt's responses differ, the second's tie
+    assert metrics["critic/score/max"] == pytest.approx(1e30) and metrics["critic/score/min"] == 0.0
+    assert metrics["critic/advantages/max"] > 0.5 > -0.5 > metrics["critic/advantages/min"]

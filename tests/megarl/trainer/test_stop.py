@@ -5,18 +5,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 from parallel.topology import free_port
-from tests.helpers import ENV, REPO_ROOT, overrides
-
-
-def wait_for_steps(proc, metrics, log, steps: int = 2, timeout_s: float = 300) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not (metrics.is_file() and metrics.read_text().count("\n") >= steps) and proc.poll() is None:
-        assert time.monotonic() < deadline, f"the run logged no step in {timeout_s} s"
-        time.sleep(1)
-    assert proc.poll() is None, log.read_text()[-3000:]
+from tests.helpers import ENV, REPO_ROOT, overrides, wait_for_steps
 
 
 def test_sigterm_mid_run_ends_with_one_line(setup, tmp_path):
