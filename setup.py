@@ -32,6 +32,7 @@ extras_require = {
         "tensorboard",
         "wandb",
         "peft",  # the tests load megarl export's PEFT adapter directory with PEFT itself
+        "mypy==2.4.1",  # tests/test_types.py: the driver↔worker boundary type-checks (mypy.ini)
     ],
     # Metrics loggers beyond the console and metrics.jsonl (trainer.logger).
     "loggers": ["tensorboard", "wandb"],

@@ -79,8 +79,9 @@ def megarl_step_time(model_dir, sequences, iters, with_profile, with_syncs=False
     from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
     from megarl.models.packing import pack_sequences
     from megarl.models.roles import build_actor
-    from parallel import topology
+    from parallel import cpu_compat, topology
 
+    cpu_compat.enable()  # where this machine has no GPU, megatron runs through the CPU shim
     topology.init_distributed()
     topology.init_model_parallel()
     actor = build_actor(model_dir, MegatronConfig(), OptimConfig(lr=1e-6), total_steps=100, bf16=True)

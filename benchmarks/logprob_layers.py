@@ -102,8 +102,9 @@ def capture_megatron(model_dir: Path, sequences: list[torch.Tensor]) -> dict[str
 
     from megarl.config.schema import MegatronConfig
     from megarl.models.roles import build_reference
-    from parallel import topology
+    from parallel import cpu_compat, topology
 
+    cpu_compat.enable()  # where this machine has no GPU, megatron runs through the CPU shim
     topology.init_distributed()
     topology.init_model_parallel()
     reference = build_reference(model_dir, MegatronConfig(), bf16=True)

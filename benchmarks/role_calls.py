@@ -56,16 +56,21 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def spawn_roles(pool, cfg, suffix: str = "") -> dict:
-    """An actor, a critic and a reference built from `cfg` (their role names end in `suffix`)."""
+def spawn_roles(pool, cfg, suffix: str = "", beside=None) -> dict:
+    """An actor, a critic and a reference built from `cfg` (their role names end in `suffix`), sharing their GPU's
+    cached blocks as spawn_roles places them (and with the roles of `beside`, an actor's handle, in an A/B)."""
     from megarl.workers.actor import ActorWorker
     from megarl.workers.critic import CriticWorker
+    from megarl.workers.groups import ActorGroup, CriticGroup, ReferenceGroup
     from megarl.workers.inputs import actor_inputs, critic_inputs, reference_inputs
     from megarl.workers.reference import ReferenceWorker
 
-    return {"actor": pool.spawn("actor" + suffix, ActorWorker, actor_inputs(cfg, total_steps=100)),
-            "critic": pool.spawn("critic" + suffix, CriticWorker, critic_inputs(cfg, total_steps=100)),
-            "ref": pool.spawn("ref" + suffix, ReferenceWorker, reference_inputs(cfg))}
+    actor = ActorGroup(pool.spawn("actor" + suffix, ActorWorker, actor_inputs(cfg, total_steps=100),
+                                  *((beside,) if beside is not None else ())))
+    return {"actor": actor,
+            "critic": CriticGroup(pool.spawn("critic" + suffix, CriticWorker, critic_inputs(cfg, total_steps=100),
+                                             actor.handle)),
+            "ref": ReferenceGroup(pool.spawn("ref" + suffix, ReferenceWorker, reference_inputs(cfg), actor.handle))}
 
 
 def with_inputs(roles: dict, batch, advantages):
@@ -129,13 +134,15 @@ def main() -> int:
         sets = {"base": calls_of(roles, batch)}
         if args.versus:
             versus = load_config(args.recipe, [f"model.path={model}", *args.set, *args.versus])
-            sets["versus"] = calls_of(spawn_roles(pool, versus, "_versus"), batch)
+            sets["versus"] = calls_of(spawn_roles(pool, versus, "_versus", roles["actor"].handle), batch)
         times = timed_rounds(sets, args.rounds)
         if args.profile:
-            roles["actor"].start_profile()
+            from parallel.worker import Worker
+
+            roles["actor"].handle.call(Worker.start_profile)
             for call in sets["base"].values():
                 call()
-            roles["actor"].stop_profile(str(args.profile))
+            roles["actor"].handle.call(Worker.stop_profile, str(args.profile))
     medians = {label: {name: sorted(ts)[len(ts) // 2] for name, ts in calls.items()} for label, calls in times.items()}
     row = {"date": datetime.date.today().isoformat(), "commit": os.environ.get("MEGARL_COMMIT", "unknown"),
            "machine": os.environ.get("MEGARL_MACHINE", "unknown"), "what": "role-calls", "recipe": str(args.recipe),

@@ -8,7 +8,7 @@ none modifies its input.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -24,7 +24,7 @@ def _object_array(values: Iterable) -> np.ndarray:
 @dataclass
 class Batch:
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)
-    fields: dict[str, np.ndarray] = field(default_factory=dict)
+    fields: dict[str, Any] = field(default_factory=dict)  # sequences, kept as numpy object arrays
 
     def __post_init__(self):
         self.fields = {

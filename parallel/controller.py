@@ -1,9 +1,10 @@
 """The driver's view of the workers, the same under Ray and under torchrun.
 
 A `Cluster` holds one `WorkerGroup` per resource pool (a set of GPUs: one process per GPU). `group.spawn(
-"actor", ActorWorker, ...)` places a role on every process of the group and returns a `RoleHandle`; calling a
-worker method on the handle dispatches its arguments, runs it on every rank and collects the results as the
-method declares (parallel/dispatch.py). The RL loop sees only handles, so it cannot tell the backends apart:
+"actor", ActorWorker, ...)` places a role on every process of the group and returns a `RoleHandle[ActorWorker]`;
+`handle.call(ActorWorker.update_actor, batch)` dispatches the arguments, runs the worker method on every rank and
+collects the results as the method declares (parallel/dispatch.py). The driver calls roles through explicit methods
+built on `call` (megarl/trainer/groups.py), so the RL loop cannot tell the backends apart:
 
 - Ray (`parallel/ray_backend.py`): a single driver process; worker processes are Ray actors placed by
   placement groups.
@@ -12,9 +13,9 @@ method declares (parallel/dispatch.py). The RL loop sees only handles, so it can
   With several pools, only the first pool's processes do; the others serve their calls
   (`parallel/served_backend.py`).
 
-A call to another pool may be in flight while the driver goes on (`handle.method.submit`). Where two pools' calls
-meet in a collective of their own (the weight bridge), the driver submits the call to the pool that serves it
-first: under torchrun a call to the driver's own pool runs at once.
+A call to another pool may be in flight while the driver goes on (`handle.submit`). Where two pools' calls meet in a
+collective of their own (the weight bridge), the driver submits the call to the pool that serves it first: under
+torchrun a call to the driver's own pool runs at once.
 """
 
 from __future__ import annotations
@@ -23,9 +24,16 @@ import os
 import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Concatenate, Generic, ParamSpec, Sequence, TypeVar
 
 from parallel.dispatch import RankLayout, check_layouts, collect_results, dispatch_inputs, method_spec, wanted_ranks
+
+if TYPE_CHECKING:
+    from parallel.worker import Worker
+
+T = TypeVar("T")
+W = TypeVar("W", bound="Worker")
+P = ParamSpec("P")
 
 LAUNCHERS = ("auto", "ray", "torchrun")
 
@@ -95,54 +103,69 @@ class WorkerGroup(ABC):
         """`fn()`, computed once and returned to every process that runs the driver code (there is one under Ray)."""
         return fn()
 
-    def spawn(self, role: str, cls: type, *args, **kwargs) -> RoleHandle:
-        """Build `cls(*args, **kwargs)` on every process of the group under the name `role`."""
+    def spawn(self, role: str, cls: type[W], *args: Any, **kwargs: Any) -> RoleHandle[W]:
+        """Build `cls(*args, **kwargs)` on every process of the group under the name `role`. An argument that is the
+        handle of a role on this group reaches each process as that role's object there: its peer (the actor whose
+        weights a colocated rollout engine streams), passed explicitly rather than looked up."""
+        args = tuple(self._peer(role, value) for value in args)
+        kwargs = {key: self._peer(role, value) for key, value in kwargs.items()}
         self.run("add_role", [(role, cls, args, kwargs)] * self.world_size, [False] * self.world_size,
                  (role, "__init__"))
         layouts = self.run("layout", [(role,)] * self.world_size, [True] * self.world_size, (role, "layout"))
         check_layouts(layouts)
         return RoleHandle(self, role, cls, layouts)
 
+    def _peer(self, role: str, value: Any) -> Any:
+        if not isinstance(value, RoleHandle):
+            return value
+        if value.group is not self:
+            raise ValueError(f"the {role} is given the {value.role} as a peer, but they run on different pools "
+                             f"({self.pool.name!r}, {value.group.pool.name!r}): a peer shares the role's processes")
+        return Peer(value.role)
 
-class Pending:
+
+@dataclass(frozen=True)
+class Peer:
+    """How a `RoleHandle` argument of `spawn` travels: the name of a role on the same processes."""
+
+    role: str
+
+
+class Pending(Generic[T]):
     """A call in flight; `result()` waits for it once and returns (or raises) what the call itself would."""
 
-    def __init__(self, wait: Callable[[], Any]):
-        self._wait, self._done, self._value = wait, False, None
+    def __init__(self, wait: Callable[[], T]):
+        self._wait, self._done = wait, False
+        self._value: T | None = None
 
-    def result(self) -> Any:
+    def result(self) -> T:
         if not self._done:
             self._value, self._done = self._wait(), True
-        return self._value
+        return self._value  # type: ignore[return-value]  # set by the first call
 
 
-class RoleHandle:
-    """A role placed on a worker group: `handle.method(...)` runs the worker method on every rank."""
+class RoleHandle(Generic[W]):
+    """A role placed on a worker group, generic in its worker class: `call(Worker.method, ...)` runs the worker
+    method on every rank (its arguments checked against the method's signature) and returns what the method's collect
+    mode makes of the ranks' results; `submit` is the same call in flight."""
 
-    def __init__(self, group: WorkerGroup, role: str, cls: type, layouts: list[RankLayout]):
+    def __init__(self, group: WorkerGroup, role: str, cls: type[W], layouts: list[RankLayout]):
         self.group, self.role, self.cls, self.layouts = group, role, cls, layouts
 
     @property
     def dp_size(self) -> int:
         return self.layouts[0].dp_size
 
-    def __getattr__(self, method: str):
-        if method.startswith("_"):
-            raise AttributeError(method)
-        spec = method_spec(self.cls, method)
+    def call(self, method: Callable[Concatenate[W, P], Any], *args: P.args, **kwargs: P.kwargs) -> Any:
+        return self.submit(method, *args, **kwargs).result()
 
-        def submit(*args, **kwargs) -> Pending:
-            inputs = dispatch_inputs(spec, self.layouts, args, kwargs)
-            per_rank = [(self.role, method, a, k) for a, k in inputs]
-            pending = self.group.submit("call", per_rank, wanted_ranks(spec, self.layouts), (self.role, method))
-            return Pending(lambda: collect_results(spec, self.layouts, pending.result()))
-
-        def call(*args, **kwargs) -> Any:
-            return submit(*args, **kwargs).result()
-
-        call.__name__ = method
-        call.submit = submit  # handle.method.submit(...): the call in flight, `.result()` when it is needed
-        return call
+    def submit(self, method: Callable[Concatenate[W, P], Any], *args: P.args, **kwargs: P.kwargs) -> Pending[Any]:
+        name = method.__name__
+        spec = method_spec(self.cls, name)
+        inputs = dispatch_inputs(spec, self.layouts, args, kwargs)
+        per_rank = [(self.role, name, a, k) for a, k in inputs]
+        pending = self.group.submit("call", per_rank, wanted_ranks(spec, self.layouts), (self.role, name))
+        return Pending(lambda: collect_results(spec, self.layouts, pending.result()))
 
 
 def raise_if_failed(outcome: tuple[str, Any], label: tuple[str, str], rank: int, where: str) -> Any:

@@ -9,13 +9,16 @@ megatron-core calls CUDA in many places even for CPU tensors. `enable()` makes t
   names get the `cuda.` prefix, with the dtype part unchanged, so the dtype branches stay exact;
 - megatron's grad-clip scaling asserts CUDA float grads; it is replaced by the same scaling in plain torch.
 Everything is process-global and idempotent; on a CUDA machine `enable()` does nothing, so GPU behaviour
-never changes.
+never changes. It is switched on where a run is placed on CPU (`WorkerHost.join`, told so by the launcher), never
+by megarl's own initialisation; what it replaces is listed in parallel/seams.py (`CPU_RUNS`).
 """
 
 from __future__ import annotations
 
 import torch
 from torch.overrides import TorchFunctionMode
+
+from parallel import seams
 
 _enabled = False
 
@@ -61,18 +64,15 @@ def enable() -> bool:
         return False
     if _enabled:
         return True
-    import megatron.core.optimizer.optimizer as megatron_optimizer
-    import megatron.core.tensor_parallel.random as megatron_random
-
-    torch.cuda.current_device = lambda: "cpu"
-    torch.cuda.synchronize = lambda *a, **k: None
-    torch.cuda.empty_cache = lambda: None
-    torch.cuda.get_rng_state = lambda *a, **k: torch.get_rng_state()
-    torch.cuda.set_rng_state = lambda state, *a, **k: torch.set_rng_state(state)
-    torch.cuda.manual_seed = lambda seed: torch.manual_seed(seed)
-    megatron_random._get_cuda_rng_state = lambda *a, **k: torch.get_rng_state()
-    megatron_random._set_cuda_rng_state = lambda state, *a, **k: torch.set_rng_state(state)
-    megatron_optimizer.clip_grad_by_total_norm_fp32 = _clip_grads_cpu
+    seams.CUDA_CURRENT_DEVICE.replace(lambda: "cpu")
+    seams.CUDA_SYNCHRONIZE.replace(lambda *a, **k: None)
+    seams.CUDA_EMPTY_CACHE.replace(lambda: None)
+    seams.CUDA_GET_RNG_STATE.replace(lambda *a, **k: torch.get_rng_state())
+    seams.CUDA_SET_RNG_STATE.replace(lambda state, *a, **k: torch.set_rng_state(state))
+    seams.CUDA_MANUAL_SEED.replace(lambda seed: torch.manual_seed(seed))
+    seams.MEGATRON_GET_CUDA_RNG_STATE.replace(lambda *a, **k: torch.get_rng_state())
+    seams.MEGATRON_SET_CUDA_RNG_STATE.replace(lambda state, *a, **k: torch.set_rng_state(state))
+    seams.MEGATRON_CLIP_GRADS.replace(_clip_grads_cpu)
     _CudaToCpu().__enter__()
     _enabled = True
     return True

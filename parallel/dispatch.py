@@ -10,13 +10,16 @@ same way whichever backend (Ray or torchrun) runs the workers:
 - `Collect.RANK_ZERO`: rank 0's result.
 - `Collect.DP_LEADERS`: one result per data-parallel rank, from the rank that holds the group's complete
   output (`RankLayout.is_leader`), in data-parallel order; `Batch` results are concatenated.
+- `Collect.AGREED`: the one value every data-parallel rank returns (an update's metrics, reduced over the ranks):
+  the leaders' results, checked equal.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 from parallel.batch import Batch
 
@@ -30,6 +33,7 @@ class Collect(Enum):
     ALL = "all"
     RANK_ZERO = "rank_zero"
     DP_LEADERS = "dp_leaders"
+    AGREED = "agreed"
 
 
 @dataclass(frozen=True)
@@ -48,12 +52,13 @@ class RankLayout:
 
 
 _SPEC_ATTR = "__megarl_worker_method__"
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-def worker_method(dispatch: Dispatch = Dispatch.ONE_TO_ALL, collect: Collect = Collect.ALL) -> Callable:
+def worker_method(dispatch: Dispatch = Dispatch.ONE_TO_ALL, collect: Collect = Collect.ALL) -> Callable[[F], F]:
     """Mark a role method as callable from the driver, with its dispatch and collect modes."""
 
-    def mark(fn):
+    def mark(fn: F) -> F:
         setattr(fn, _SPEC_ATTR, MethodSpec(dispatch, collect))
         return fn
 
@@ -126,6 +131,25 @@ def collect_results(spec: MethodSpec, layouts: Sequence[RankLayout], results: Se
         key=lambda pair: pair[0],
     )
     ordered = [result for _, result in by_dp_rank]
+    if spec.collect is Collect.AGREED:
+        return agreed(ordered)
     if ordered and all(isinstance(r, Batch) for r in ordered):
         return Batch.concat(ordered)
     return ordered
+
+
+def agreed(values: Sequence[Any]) -> Any:
+    """The value that every one of `values` is (NaN equals NaN: a diverged update is the health checks' to report)."""
+    for rank, value in enumerate(values[1:], start=1):
+        if not _same(value, values[0]):
+            raise ValueError(f"data-parallel ranks 0 and {rank} returned different values where they must agree: "
+                             f"{values[0]!r} against {value!r}")
+    return values[0]
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[key], b[key]) for key in a)
+    return a == b

@@ -73,7 +73,7 @@ def place_engines(train_tp: int, rollout_tp: int) -> EnginePlacement:
     world, rank = dist.get_world_size(), dist.get_rank()
     slots = engine_slots(world, train_tp, rollout_tp)
     slot = slots[rank]
-    devices = [None] * world
+    devices: list[int | None] = [None] * world
     # torchrun and Ray both give each process its GPU as LOCAL_RANK; SGLang wants the engine's as device indices.
     dist.all_gather_object(devices, int(os.environ.get("LOCAL_RANK", "0")))
     group = topology.process_group_of(slot.engine_ranks, (s.engine_ranks for s in slots), "gloo")

@@ -79,6 +79,12 @@ def host_used() -> int:
     return psutil.virtual_memory().used
 
 
+def device_stats() -> dict:
+    """This process's device name and the node's used memory (the actor answers for its processes' perf metrics)."""
+    return {"name": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+            "cpu_memory_used_gb": host_used() / 1e9}
+
+
 class MemorySampler:
     """A ring of (time, device bytes, host bytes, reserved bytes, allocated bytes) samples; `device_used` None: no
     device to sample (and then no reservation or allocation either)."""
@@ -164,9 +170,8 @@ def stop() -> None:
 def sample_now() -> None:
     """A sample of this process's now, if its sampler runs: `WorkerHost.call` takes one as each call returns, so the
     memory a call holds at its end is inside the driver's window of it. The thread alone may miss it: the weight sync
-    resumes the engine's KV cache in its last milliseconds, and on an H200 the sync's peak read 27-56 GiB below the
-    generation's, which holds no more than that (its KV cache resumed). With this sample the sync's peak matched its
-    plan within 1.4 % in five runs at ab68815 (docs/memory.md)."""
+    resumes the engine's KV cache in its last milliseconds, so its peak read far below the generation's, which holds
+    no more than that (docs/benchmarks.md)."""
     if _SAMPLER is not None:
         _SAMPLER.sample()
 

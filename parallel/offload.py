@@ -26,8 +26,7 @@ import torch
 def hand_back_cached_blocks() -> None:
     """Before weights or gradient buffers come back: placed in a block the previous pass left cached they would split
     it, and the next pass, shaped like that one, would find no block large enough and reserve its largest tensors
-    afresh (measured: the reference's pass after the actor's reserved a second logits-sized block, 4.5 GiB of
-    Qwen2.5-0.5B at 15,763 tokens, beside the one its 0.9 GiB of weights had split). A no-op without CUDA."""
+    afresh (a second logits-sized block: docs/benchmarks.md). A no-op without CUDA."""
     torch.cuda.empty_cache()
 
 
@@ -136,8 +135,7 @@ class TrainedState(_Weights):
                     self.free_grads()  # it empties the cache itself
                 elif torch.cuda.is_available():
                     # The update's activations and logits would otherwise stay cached into the next phase (until
-                    # the sync's own release): a 6-layer Qwen3-8B without recompute measured its whole update peak
-                    # again at the sync's start.
+                    # the sync's own release), which then peaks as high as the update (docs/benchmarks.md).
                     torch.cuda.empty_cache()
 
     def settle(self) -> None:
@@ -166,7 +164,7 @@ class FrozenState(_Weights):
         self.params_on_device = False
 
     def onload_params(self) -> None:
-        if not self.params_on_device and torch.cuda.is_available():
+        if not self.params_on_device and torch.cuda.is_available() and self.host is not None:
             hand_back_cached_blocks()
             device = torch.device("cuda", torch.cuda.current_device())
             for tensor, host in zip(self.tensors, self.host):

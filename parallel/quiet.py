@@ -46,7 +46,7 @@ def be_verbose() -> None:
     """Undo `quiet_libraries` here and keep it off in the processes this one starts."""
     os.environ[VERBOSE] = "1"
     ours = {(category, message) for category, message in NOISE}
-    warnings.filters[:] = [f for f in warnings.filters
+    warnings.filters[:] = [f for f in warnings.filters  # type: ignore[index]  # typeshed: a Sequence; it is a list
                            if not (f[0] == "ignore" and f[1] is not None and (f[2], f[1].pattern) in ours)]
     for variable in PROGRESS_BARS:
         if os.environ.get(variable) == "1":

@@ -85,7 +85,7 @@ class RankWatch:
 
     def farewell(self) -> None:
         """This process is about to end on purpose: its watcher reports no death when it goes."""
-        if self.watcher is not None:
+        if self.watcher is not None and self.watcher.stdin is not None:
             try:
                 self.watcher.stdin.write(b"bye")
                 self.watcher.stdin.flush()

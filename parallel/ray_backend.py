@@ -45,7 +45,8 @@ def rank_envs(infos: list[dict], use_gpu: bool) -> list[dict[str, str]]:
     per_node: dict[str, int] = {}
     for info in infos:
         per_node[info["node_ip"]] = per_node.get(info["node_ip"], 0) + 1
-    envs, seen = [], {}
+    envs: list[dict[str, str]] = []
+    seen: dict[str, int] = {}
     for rank, info in enumerate(infos):
         node = info["node_ip"]
         local_rank = seen.get(node, 0)
@@ -72,7 +73,8 @@ class RayWorkerGroup(WorkerGroup):
         infos = self.run("placement", [()] * pool.world_size, [True] * pool.world_size, ("host", "placement"))
         self.where = [f"node {info['node_ip']} pid {info['pid']}" for info in infos]
         envs = rank_envs(infos, self.use_gpu)
-        self.run("join", [(env, timeout_s) for env in envs], [False] * len(envs), ("host", "join"))
+        self.run("join", [(env, timeout_s, None, not self.use_gpu) for env in envs], [False] * len(envs),
+                 ("host", "join"))
 
     def _reserve(self) -> list:
         bundle = {"GPU": 1, "CPU": 1} if self.use_gpu else {"CPU": 1}
@@ -93,7 +95,7 @@ class RayWorkerGroup(WorkerGroup):
 
     def _start_hosts(self) -> list:
         host = ray.remote(WorkerHost)
-        actors = []
+        actors: list = []
         for group, n in zip(self.placement_groups, self.pool.gpus_per_node):
             for bundle in range(n):
                 options = {

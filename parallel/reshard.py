@@ -61,7 +61,7 @@ class WeightStreamer:
         self.pp_group, self.bucket_bytes = pp_group, bucket_bytes
         self.gather_group = topology.process_group_of(slot.gather_ranks, (s.gather_ranks for s in all_slots))
         local = [(name, tuple(t.shape), t.dtype) for name, t in named_parameters()]
-        stages = [local]
+        stages: list = [local]
         if pp_group is not None and dist.get_world_size(pp_group) > 1:
             stages = [None] * dist.get_world_size(pp_group)
             dist.all_gather_object(stages, local, group=pp_group)

@@ -24,7 +24,7 @@ import torch.distributed as dist
 
 from parallel.controller import Cluster, Pending, PoolSpec, WorkerGroup, raise_if_failed
 from parallel.objects import object_tensor, tensor_object
-from parallel.spmd_backend import SpmdWorkerGroup, process_where
+from parallel.spmd_backend import SpmdWorkerGroup, process_where, without_gpu
 from parallel.topology import Rendezvous
 from parallel.worker import WorkerHost
 
@@ -66,7 +66,7 @@ class ServedWorkerGroup(WorkerGroup):
         exchange = self.calls.submit(self._exchange, what, per_rank, wanted) if self.calls is not None else None
 
         def outcomes() -> list:  # from_driver computes on rank 0, the one holding the exchange, and shares it
-            gathered = self.driver.from_driver(lambda: exchange.result())
+            gathered = self.driver.from_driver(lambda: exchange.result())  # type: ignore[union-attr]  # on rank 0
             return [raise_if_failed(outcome, label, rank, where) for rank, (outcome, where) in enumerate(gathered)]
 
         return Pending(outcomes)
@@ -128,7 +128,8 @@ def serve(pool: PoolSpec, rendezvous: Rendezvous, link: Link, timeout_s: float) 
     """A served rank: join the pool's world, then run the driver's calls as they come until it stops the run."""
     host = WorkerHost(rendezvous.rank, pool.world_size)
     where = process_where()
-    raise_if_failed(host.run("join", False, {}, timeout_s, rendezvous), ("host", "join"), rendezvous.rank, where)
+    raise_if_failed(host.run("join", False, {}, timeout_s, rendezvous, without_gpu()), ("host", "join"),
+                    rendezvous.rank, where)
     try:
         while (message := link.receive(0)) is not STOP:
             what, keep, args = message

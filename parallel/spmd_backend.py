@@ -12,6 +12,7 @@ import pickle
 import socket
 from typing import Sequence
 
+import torch
 import torch.distributed as dist
 
 from parallel.controller import PoolSpec, WorkerGroup, raise_if_failed
@@ -30,8 +31,8 @@ class SpmdWorkerGroup(WorkerGroup):
             )
         self.pool = pool
         self.host = WorkerHost(rendezvous.rank if rendezvous else int(os.environ.get("RANK", "0")), world)
-        raise_if_failed(self.host.run("join", False, {}, timeout_s, rendezvous), ("host", "join"), self.host.rank,
-                        process_where())
+        raise_if_failed(self.host.run("join", False, {}, timeout_s, rendezvous, without_gpu()), ("host", "join"),
+                        self.host.rank, process_where())
         self.rank = dist.get_rank()
         self.control = (
             dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s)) if world > 1 else None
@@ -44,7 +45,7 @@ class SpmdWorkerGroup(WorkerGroup):
         mine = self.host.run(what, wanted[self.rank], *per_rank[self.rank])
         if self.control is None or mine[0] == "error":
             return [raise_if_failed(mine, label, self.rank, process_where())]
-        gathered = [None] * self.world_size
+        gathered: list = [None] * self.world_size
         dist.all_gather_object(gathered, (mine, process_where()), group=self.control)
         return [raise_if_failed(outcome, label, rank, where) for rank, (outcome, where) in enumerate(gathered)]
 
@@ -74,6 +75,11 @@ def _picklable(error: Exception) -> Exception:
         return error
     except Exception:
         return RuntimeError(f"{type(error).__name__}: {error}")
+
+
+def without_gpu() -> bool:
+    """Whether torchrun started this process where there is no GPU: its pool runs on CPU."""
+    return not torch.cuda.is_available()
 
 
 def process_where() -> str:

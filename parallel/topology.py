@@ -15,8 +15,6 @@ import torch
 import torch.distributed as dist
 from megatron.core import parallel_state, tensor_parallel
 
-from parallel import cpu_compat
-
 
 def free_port() -> int:
     """A TCP port free on this host now, for a rendezvous or an engine to bind next."""
@@ -64,7 +62,6 @@ def init_distributed(timeout_s: float = 600.0, rendezvous: Rendezvous | None = N
     else:
         dist.init_process_group(backend, store=rendezvous.store, rank=rendezvous.rank, world_size=rendezvous.world,
                                 timeout=timeout)
-    cpu_compat.enable()
 
 
 def init_model_parallel(tp: int = 1, pp: int = 1, cp: int = 1, seed: int = 1) -> None:

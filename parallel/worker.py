@@ -14,9 +14,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from parallel import memory, profiler, topology
+from parallel import cpu_compat, memory, profiler, topology
 from parallel.batch import Batch
-from parallel.controller import RecoverableError
+from parallel.controller import Peer, RecoverableError
 from parallel.dispatch import Collect, RankLayout, worker_method
 
 
@@ -55,17 +55,6 @@ class Worker:
         return profiler.stop(os.path.join(directory, f"rank_{dist.get_rank():05d}.json"))
 
 
-_HOST: "WorkerHost | None" = None  # this process's host: there is one per worker process
-
-
-def colocated(role: str) -> Worker:
-    """Another role placed in this process (e.g. the rollout engine's actor, whose weights it syncs)."""
-    if _HOST is None or role not in _HOST.roles:
-        placed = sorted(_HOST.roles) if _HOST is not None else []
-        raise LookupError(f"no role {role!r} in this process (placed here: {placed}); spawn it first")
-    return _HOST.roles[role]
-
-
 def to_cpu(value: Any) -> Any:
     """Results leave a worker in host memory: the driver may have no GPU, and another rank's device index
     means nothing here."""
@@ -82,10 +71,8 @@ def to_cpu(value: Any) -> Any:
 
 class WorkerHost:
     def __init__(self, rank: int, world_size: int):
-        global _HOST
         self.rank, self.world_size = rank, world_size
         self.roles: dict[str, Worker] = {}
-        _HOST = self
 
     def placement(self) -> dict:
         """Where this process runs: node address, a free port there, the GPUs Ray assigned to it."""
@@ -99,19 +86,29 @@ class WorkerHost:
             "pid": os.getpid(),
         }
 
-    def join(self, env: dict[str, str], timeout_s: float, rendezvous: topology.Rendezvous | None = None) -> None:
+    def join(self, env: dict[str, str], timeout_s: float, rendezvous: topology.Rendezvous | None,
+             on_cpu: bool) -> None:
         """Join the group's default process group; `env` holds torchrun's variables for this rank (`rendezvous`:
-        the group's own, where they describe a torchrun job of several pools)."""
+        the group's own, where they describe a torchrun job of several pools). `on_cpu`: the launcher placed the
+        pool on CPU, where megatron runs through parallel/cpu_compat.py."""
         os.environ.update(env)
+        if on_cpu:
+            cpu_compat.enable()
         topology.init_distributed(timeout_s, rendezvous)
         memory.start()  # after the CUDA device is set, which it samples
 
     def add_role(self, name: str, cls: type, args: tuple, kwargs: dict) -> None:
+        """Build role `name`; a `Peer` argument becomes that role's object in this process."""
         if not (isinstance(cls, type) and issubclass(cls, Worker)):
             raise TypeError(f"{cls!r} is not a subclass of parallel.worker.Worker")
         if name in self.roles:
             raise ValueError(f"a role named {name!r} already runs in this process")
+        args = tuple(self._resolved(value) for value in args)
+        kwargs = {key: self._resolved(value) for key, value in kwargs.items()}
         self.roles[name] = cls(*args, **kwargs)
+
+    def _resolved(self, value: Any) -> Any:
+        return self.roles[value.role] if isinstance(value, Peer) else value
 
     def layout(self, name: str) -> RankLayout:
         return self.roles[name].layout()

@@ -304,6 +304,11 @@ class RunConfig:
     log_interval: Optional[int] = None  # steps between console lines (and validations, the last step); None: ~20 a run
 
 
+# The checks megarl/trainer/health.py runs, by the names trainer.health.stop_on takes.
+HEALTH_CHECKS = ("ppo_kl", "grad_norm", "entropy_collapse", "response_clipping", "logprob_mismatch",
+                 "zero_advantages", "val_stall")
+
+
 @dataclass(frozen=True)
 class HealthConfig:
     """Checks after each step (megarl/trainer/health.py): `health/<check>` is 1 on a breach, with one console line

@@ -7,12 +7,11 @@ from pathlib import Path
 
 from megarl.algorithms import ADV_ESTIMATORS, KL_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSSES
 from megarl.algorithms.rollout_correction import IS_LEVELS, RS_LEVELS
-from megarl.trainer.health import CHECKS as HEALTH_CHECKS
 from megarl.config.lora_checks import check_lora
 from megarl.config.ranges import check_numeric_ranges
 from megarl.config.rollout_validate import check_rollout_placement
 from megarl.config.loader import ConfigError
-from megarl.config.schema import ROLLOUT_MODES, MegaRLConfig, MegatronConfig, RunConfig
+from megarl.config.schema import HEALTH_CHECKS, ROLLOUT_MODES, MegaRLConfig, MegatronConfig, RunConfig
 from megarl.data.dataset import TRUNCATIONS
 from megarl.models.accelerators import TRANSFORMER_IMPLS, transformer_engine_available
 from megarl.models.shapes import MODEL_TYPES, heads_split_problem

@@ -27,9 +27,10 @@ def check_model(hf_dir: str, tp: int = 1, pp: int = 1, cp: int = 1, bf16: bool |
     rank 0 only, broadcast) and weight_check: 'exact' when the export equals the checkpoint's tensors."""
     from megarl.models.bridge import load_hf_config
     from megarl.models.roles import build_reference
-    from parallel import topology
+    from parallel import cpu_compat, topology
 
     bf16 = torch.cuda.is_available() if bf16 is None else bf16
+    cpu_compat.enable()  # where this machine has no GPU, megatron runs through the CPU shim
     topology.init_distributed()
     topology.init_model_parallel(tp=tp, pp=pp, cp=cp, seed=seed)
     megatron = MegatronConfig(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp)

@@ -3,14 +3,8 @@ through megarl/models/spec.py).
 
 Without Transformer Engine, each layer's forward at 0.5B is a Python call chain through megatron's modules and
 a few dozen small kernels. Its backward is as many autograd nodes, several with Python backward functions. At
-this size the GPU sat waiting on the host for a third to two thirds of each training pass, by host. Compiled
-whole, a layer is one guarded call into fused kernels forward and one backward. The 0.5B PPO recipe's role
-calls, one after another as in a step (one H200, one process, no engine), went from eager to compiled:
-- update_actor 0.739 → 0.431 s;
-- update_critic 0.723 → 0.358 s;
-- ref 0.206 → 0.131 s;
-- log-prob 0.152 → 0.107 s;
-- values 0.198 → 0.080 s.
+this size the GPU sat waiting on the host for much of each training pass. Compiled whole, a layer is one guarded
+call into fused kernels forward and one backward: every role call of a step runs faster (docs/benchmarks.md).
 
 Compiled at tensor, pipeline and context parallel size 1 on a GPU, where it was measured and checked. There, packed
 attention is one varlen kernel call. Context parallelism's per-sequence loop would specialise the code on every

@@ -84,13 +84,14 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, tp: int = 1, pp: 
     from megarl.models.checkpoint import CheckpointError, checkpoint_lora, checkpoint_role, load_model_checkpoint
     from megarl.models.lora_export import export_lora_checkpoint
     from megarl.models.roles import build_frozen
-    from parallel import topology
+    from parallel import cpu_compat, topology
 
     role_name = checkpoint_role(checkpoint)
     lora, _ = checkpoint_lora(checkpoint)
     if lora is not None and (tp, pp, int(os.environ.get("WORLD_SIZE", 1))) != (1, 1, 1):
         raise CheckpointError(f"{checkpoint} holds LoRA adapters: export it as one process at --tp 1 --pp 1 (the "
                               "adapters are small and the merge is per tensor)")
+    cpu_compat.enable()  # where this machine has no GPU, megatron runs through the CPU shim
     topology.init_distributed()
     topology.init_model_parallel(tp=tp, pp=pp)
     if lora is not None:

@@ -2,16 +2,16 @@
 provides the fused kernels.
 
 megatron's fallback l2 norm (grad clipping, the grad-norm metric) builds `torch.tensor(list_of_norms)`
-from per-parameter GPU scalars: one device→host synchronisation per parameter (~170 per step for a
-0.5B model), which leaves the GPU idle between them. `_foreach_norm` computes the same norms with no
+from per-parameter GPU scalars: one device→host synchronisation per parameter (docs/benchmarks.md counts them),
+which leaves the GPU idle between them. `_foreach_norm` computes the same norms with no
 synchronisation. Nothing changes where Apex or TE supplies the kernel.
 """
 
 from __future__ import annotations
 
 import torch
-from megatron.core import utils as megatron_utils
-from megatron.core.optimizer import clip_grads
+
+from parallel import seams
 
 
 def multi_tensor_l2_norm(chunk_size, noop_flag, tensor_lists, per_tensor, *args):
@@ -24,5 +24,6 @@ def multi_tensor_l2_norm(chunk_size, noop_flag, tensor_lists, per_tensor, *args)
 
 
 def install() -> None:
-    if clip_grads.l2_norm_impl is megatron_utils.local_multi_tensor_l2_norm:
-        clip_grads.l2_norm_impl = multi_tensor_l2_norm
+    """Where megatron fell back to its pure-torch l2 norm (parallel/seams.py: `FALLBACKS`), this one instead."""
+    if seams.L2_NORM_IMPL.current() is seams.L2_NORM_FALLBACK.current():
+        seams.L2_NORM_IMPL.replace(multi_tensor_l2_norm)

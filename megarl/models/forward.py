@@ -18,11 +18,13 @@ from megarl.models.packing import PackedBatch, pack_micro_batches
 PerToken = Callable[[torch.Tensor, PackedBatch], dict[str, torch.Tensor]]
 
 
-def run_schedule(model: list, batches: list[PackedBatch], on_output: Callable, forward_only: bool) -> list:
+def run_schedule(model: list, batches: list[PackedBatch], on_output: Callable, forward_only: bool,
+                 blocks: CachedBlocks) -> list:
     """megatron's (pipeline) schedule over packed `batches`. On the last stage `on_output(output, batch)`
-    returns (loss, data); the schedule returns each micro-batch's data there and nothing elsewhere."""
+    returns (loss, data); the schedule returns each micro-batch's data there and nothing elsewhere. `blocks`: the
+    process's cached blocks, handed back first if this pass does not fit them."""
     data = iter(batches)
-    _release_cached_blocks((id(model[0]), forward_only), max(b.input_ids.shape[1] for b in batches))
+    blocks.before_pass((id(model[0]), forward_only), max(b.input_ids.shape[1] for b in batches))
     output_dtype = _model_dtype_output(model[0])
 
     def forward_step(data_iterator, chunk):
@@ -45,32 +47,37 @@ def run_schedule(model: list, batches: list[PackedBatch], on_output: Callable, f
 def _model_dtype_output(chunk) -> dict:
     """megatron's Float16Module (a bf16 model's wrapper) upcasts the last stage's output to float32 by default: for
     the logits a [tokens × V/tp] float32 copy, which the log-prob function then saved for the backward, whose gradient
-    came back in float32 too (9.3 GiB at 16,384 tokens of Qwen2.5's vocabulary; about a tenth of a 0.6B forward
-    pass's kernel time). Every consumer of the output computes in float32 itself (the log-prob function chunk by
-    chunk; values and scores are cast where used), so the output stays in the model's dtype."""
+    came back in float32 too (docs/benchmarks.md has its size and time). Every consumer of the output computes in
+    float32 itself (the log-prob function chunk by chunk; values and scores are cast where used), so the output stays
+    in the model's dtype."""
     module = chunk
     while not isinstance(module, Float16Module) and isinstance(getattr(module, "module", None), torch.nn.Module):
         module = module.module
     return {"fp32_output": False} if isinstance(module, Float16Module) else {}
 
 
-_cache_shaped_for: tuple[tuple, int] | None = None  # the last pass's model and kind, and its largest micro-batch
+class CachedBlocks:
+    """torch's cached blocks of one process's GPU and the pass they were shaped for (a model, forward or update, and
+    its largest micro-batch). The roles of a process share its allocator, so they share one of these: the actor's,
+    given to the roles spawned beside it (megarl/trainer/spawn.py)."""
+
+    def __init__(self) -> None:
+        self.shaped_for: tuple[tuple, int] | None = None
+
+    def before_pass(self, pass_kind: tuple, largest_tokens: int) -> None:
+        """Hand torch's cached blocks back before a pass they were not shaped for: kept, the blocks of every pass add
+        up to far more than any pass's live tensors. Not per micro-batch, nor between the mini-batches of an update:
+        emptying waits for the GPU and makes what follows allocate afresh (docs/benchmarks.md has both costs). Within
+        a pass the largest micro-batch comes first (token_budget_micro_batches), so the rest fit in its blocks; the
+        next pass of the same model and kind with no larger micro-batch fits in them too. (A no-op without CUDA.)"""
+        last = self.shaped_for
+        if last is None or last[0] != pass_kind or largest_tokens > last[1]:
+            torch.cuda.empty_cache()
+            self.shaped_for = (pass_kind, largest_tokens)
 
 
-def _release_cached_blocks(pass_kind: tuple, largest_tokens: int) -> None:
-    """Hand torch's cached blocks back before a pass they were not shaped for (measured: 83 GB reserved for a 33 GB
-    peak of live tensors when blocks of every pass were kept). Not per micro-batch, nor between the mini-batches of an
-    update: emptying waits for the GPU and makes what follows allocate afresh, which cost 30 % of a forward pass at
-    0.5B. Within a pass the largest micro-batch comes first (token_budget_micro_batches), so the rest fit in its blocks;
-    the next pass of the same model and kind with no larger micro-batch fits in them too. (A no-op without CUDA.)"""
-    global _cache_shaped_for
-    last = _cache_shaped_for
-    if last is None or last[0] != pass_kind or largest_tokens > last[1]:
-        torch.cuda.empty_cache()
-        _cache_shaped_for = (pass_kind, largest_tokens)
-
-
-def run_forward(model, batches: list[PackedBatch], per_token: PerToken) -> list[dict[str, list[torch.Tensor]]]:
+def run_forward(model, batches: list[PackedBatch], per_token: PerToken,
+                blocks: CachedBlocks) -> list[dict[str, list[torch.Tensor]]]:
     """Run `model` (a list of model chunks) over `batches` with no gradient; `per_token(output, batch)` maps the
     last stage's output to [1, local tokens] tensors. Returns, per batch, each key's per-sample tensors
     (true lengths, CP chunks reassembled), identical on every rank."""
@@ -79,7 +86,8 @@ def run_forward(model, batches: list[PackedBatch], per_token: PerToken) -> list[
         chunk.eval()
     with torch.no_grad():
         stored = run_schedule(
-            model, batches, lambda output, batch: (output.new_zeros(()), per_token(output, batch)), forward_only=True
+            model, batches, lambda output, batch: (output.new_zeros(()), per_token(output, batch)), forward_only=True,
+            blocks=blocks,
         )
     keys = _keys(stored[0] if stored else None)
     return [_share(batch, stored[i] if stored else None, keys) for i, batch in enumerate(batches)]
@@ -117,12 +125,12 @@ def _share(batch: PackedBatch, local: dict[str, torch.Tensor] | None,
     return {key: batch.unpack(flat[row : row + 1]) for row, key in enumerate(keys)}
 
 
-def compute_sequence_scores(model, sequences: Sequence, micro_batches: Sequence[Sequence[int]],
+def compute_sequence_scores(model, sequences: Sequence, micro_batches: Sequence[Sequence[int]], blocks: CachedBlocks,
                             device=None) -> torch.Tensor:
     """[N]: the value head's output at each sample's last token, which has read the whole sequence (a reward
     model's score)."""
     results = run_forward(model, pack_micro_batches(sequences, micro_batches, device),
-                          lambda values, batch: {"values": values.squeeze(-1)})
+                          lambda values, batch: {"values": values.squeeze(-1)}, blocks)
     return torch.stack([v[-1] for v in _merge(results, micro_batches, len(sequences))["values"]])
 
 
@@ -136,8 +144,9 @@ def _merge(per_batch: list[dict[str, list[torch.Tensor]]], micro_batches: Sequen
     return merged
 
 
-def compute_logprobs(model, sequences: Sequence, micro_batches: Sequence[Sequence[int]], temperature: float = 1.0,
-                     with_entropy: bool = False, device=None) -> dict[str, list[torch.Tensor]]:
+def compute_logprobs(model, sequences: Sequence, micro_batches: Sequence[Sequence[int]], blocks: CachedBlocks,
+                     temperature: float = 1.0, with_entropy: bool = False,
+                     device=None) -> dict[str, list[torch.Tensor]]:
     """Per sample of length L: "logprobs" [L−1], log p(token t+1 | tokens ≤ t), and "entropy" [L−1] of the
     next-token distribution at each position when `with_entropy`."""
 
@@ -145,13 +154,14 @@ def compute_logprobs(model, sequences: Sequence, micro_batches: Sequence[Sequenc
         logprobs, entropy = vocab_parallel_logprobs_and_entropy(logits, batch.labels, temperature, with_entropy)
         return {"logprobs": logprobs, **({"entropy": entropy} if with_entropy else {})}
 
-    results = run_forward(model, pack_micro_batches(sequences, micro_batches, device), per_token)
+    results = run_forward(model, pack_micro_batches(sequences, micro_batches, device), per_token, blocks)
     merged = _merge(results, micro_batches, len(sequences))
     return {key: [v[:-1] for v in values] for key, values in merged.items()}
 
 
-def compute_values(model, sequences: Sequence, micro_batches: Sequence[Sequence[int]], device=None) -> list[torch.Tensor]:
+def compute_values(model, sequences: Sequence, micro_batches: Sequence[Sequence[int]], blocks: CachedBlocks,
+                   device=None) -> list[torch.Tensor]:
     """Per sample of length L: the critic's value at positions 0..L−2 (the state before each next token)."""
     results = run_forward(model, pack_micro_batches(sequences, micro_batches, device),
-                          lambda values, batch: {"values": values.squeeze(-1)})
+                          lambda values, batch: {"values": values.squeeze(-1)}, blocks)
     return [v[:-1] for v in _merge(results, micro_batches, len(sequences))["values"]]

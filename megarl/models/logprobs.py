@@ -125,8 +125,7 @@ def _chunk_grad(chunk, temperature: float, chunk_max, log_sum_exp, local_index, 
 
 
 # Compiled, each chunk's arithmetic is one kernel that reads the logits once, where eagerly every elementwise op
-# streams an fp32 [tokens × V/tp] temporary through memory (measured at 0.6B, vocab 151936: a quarter of a
-# forward pass's kernel time).
+# streams an fp32 [tokens × V/tp] temporary through memory (its share of a forward pass: docs/benchmarks.md).
 _CHUNK_SUMS, _CHUNK_GRAD = CompiledOnGPU(_chunk_sums), CompiledOnGPU(_chunk_grad)
 
 

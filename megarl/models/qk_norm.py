@@ -35,5 +35,5 @@ def _rms_norm_float32(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torc
 
 
 # On a GPU one kernel where eagerly torch's RMSNorm (slow on rows of one head, 128 values) and the float32 copy are
-# two (in a 0.6B forward pass: the norms' kernels 161 -> 51 ms).
+# two (docs/benchmarks.md has the time).
 _norm = CompiledOnGPU(_rms_norm_float32)

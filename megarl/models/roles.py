@@ -11,7 +11,7 @@ weights save that copy in each of its passes.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator
 
 import torch
@@ -26,7 +26,7 @@ from megarl.models.bridge import (
     make_bridge,
     read_hf_tensors,
 )
-from megarl.models.forward import compute_logprobs, compute_sequence_scores, compute_values
+from megarl.models.forward import CachedBlocks, compute_logprobs, compute_sequence_scores, compute_values
 from megarl.models.lora import adapter_layers, adapters_disabled, freeze_base, init_adapters, is_adapter
 from megarl.models.training import build_optimizer, train_step
 from parallel.offload import FrozenState, Residency, TrainedState
@@ -40,6 +40,7 @@ class RoleModel:
     state: TrainedState | FrozenState  # where the weights (and gradient buffers) live between calls
     optimizer: object = None
     scheduler: object = None
+    blocks: CachedBlocks = field(default_factory=CachedBlocks)  # its process's: shared by the roles placed there
 
     @property
     def device(self) -> torch.device:
@@ -51,7 +52,7 @@ class RoleModel:
 
     def logprobs(self, sequences, micro_batches, temperature=1.0, with_entropy=False):
         with self.weights_in_use():
-            return compute_logprobs(self.chunks, sequences, micro_batches, temperature, with_entropy,
+            return compute_logprobs(self.chunks, sequences, micro_batches, self.blocks, temperature, with_entropy,
                                     device=self.device)
 
     def base_logprobs(self, sequences, micro_batches, temperature=1.0):
@@ -61,11 +62,11 @@ class RoleModel:
 
     def values(self, sequences, micro_batches):
         with self.weights_in_use():
-            return compute_values(self.chunks, sequences, micro_batches, device=self.device)
+            return compute_values(self.chunks, sequences, micro_batches, self.blocks, device=self.device)
 
     def sequence_scores(self, sequences, micro_batches) -> torch.Tensor:
         with self.weights_in_use():
-            return compute_sequence_scores(self.chunks, sequences, micro_batches, device=self.device)
+            return compute_sequence_scores(self.chunks, sequences, micro_batches, self.blocks, device=self.device)
 
     def updating(self):
         """The role's weights and gradient buffers on the GPU through an update of several optimizer steps: the
@@ -76,7 +77,7 @@ class RoleModel:
         if self.optimizer is None:
             raise RuntimeError(f"the {self.name} is not trained")
         with self.state.update_in_use():
-            return train_step(self.chunks, self.optimizer, self.scheduler, batches, loss_fn)
+            return train_step(self.chunks, self.optimizer, self.scheduler, batches, loss_fn, self.blocks)
 
     def named_parameters(self) -> Iterator[tuple[str, torch.Tensor]]:
         """This rank's parameters (detached), named as megatron names them but with global layer numbers (megatron
@@ -149,7 +150,8 @@ def _build(hf_path, megatron: MegatronConfig, *, trainable: bool, value_head: bo
 
 
 def build_actor(hf_path, megatron: MegatronConfig, optim: OptimConfig, total_steps: int, bf16: bool = False,
-                load_weights: bool = True, lora: LoRAConfig | None = None, seed: int = 1) -> RoleModel:
+                load_weights: bool = True, lora: LoRAConfig | None = None, seed: int = 1,
+                blocks: CachedBlocks | None = None) -> RoleModel:
     """The trained policy; `load_weights=False` keeps megatron's random initialisation (only `config.json` is
     read), for benchmarks of shapes whose weights would take long to write and read. With `lora` (a rank > 0) only
     LoRA adapters train, drawn from `seed` the same in every parallel layout."""
@@ -157,13 +159,14 @@ def build_actor(hf_path, megatron: MegatronConfig, optim: OptimConfig, total_ste
                            lora=lora)
     if bridge.adapter is not None:  # before the optimizer copies the weights into its fp32 master parameters
         init_adapters(named_adapters(model), seed)
-    return _trained("actor", bridge, model, optim, megatron, total_steps, bf16)
+    return _trained("actor", bridge, model, optim, megatron, total_steps, bf16, blocks)
 
 
 def build_critic(hf_path, megatron: MegatronConfig, optim: OptimConfig, total_steps: int, bf16: bool = False,
-                 seed: int = 1) -> RoleModel:
+                 seed: int = 1, blocks: CachedBlocks | None = None) -> RoleModel:
     """A value model on the trunk of the checkpoint at `hf_path`: its `score.weight` when it has one (a
-    critic checkpoint), else a head drawn from `seed` identically on every rank and parallel layout."""
+    critic checkpoint), else a head drawn from `seed` identically on every rank and parallel layout. `blocks`: those
+    of the process it shares with other roles (the builders below take it too)."""
     bridge, model = _build(hf_path, megatron, trainable=True, value_head=True, bf16=bf16)
     head = read_hf_tensors(hf_path, [VALUE_HEAD_NAME]).get(VALUE_HEAD_NAME)
     for chunk in model:
@@ -175,7 +178,7 @@ def build_critic(hf_path, megatron: MegatronConfig, optim: OptimConfig, total_st
             head = torch.randn(layer.weight.shape, generator=generator) / layer.weight.shape[1] ** 0.5
         with torch.no_grad():
             layer.weight.copy_(head.to(layer.weight.dtype))
-    return _trained("critic", bridge, model, optim, megatron, total_steps, bf16)
+    return _trained("critic", bridge, model, optim, megatron, total_steps, bf16, blocks)
 
 
 def build_frozen(hf_path, megatron: MegatronConfig, bf16: bool = False, value_head: bool = False,
@@ -187,7 +190,8 @@ def build_frozen(hf_path, megatron: MegatronConfig, bf16: bool = False, value_he
     return RoleModel("critic" if value_head else "actor", bridge, model, FrozenState(model, Residency()))
 
 
-def build_reward_model(hf_path, megatron: MegatronConfig, bf16: bool = False, resident: bool = False) -> RoleModel:
+def build_reward_model(hf_path, megatron: MegatronConfig, bf16: bool = False, resident: bool = False,
+                       blocks: CachedBlocks | None = None) -> RoleModel:
     """A frozen value-head model with the checkpoint's `score.weight`, kept in host memory between its passes (as
     the reference is) unless `resident` (GPUs of its own)."""
     head = read_hf_tensors(hf_path, [VALUE_HEAD_NAME]).get(VALUE_HEAD_NAME)
@@ -201,23 +205,26 @@ def build_reward_model(hf_path, megatron: MegatronConfig, bf16: bool = False, re
         if layer is not None and getattr(unwrap_model(chunk), "post_process", False):
             with torch.no_grad():
                 layer.weight.copy_(head.to(layer.weight.dtype))
-    reward_model = RoleModel("reward_model", bridge, model, FrozenState(model, Residency(params=not resident)))
+    reward_model = RoleModel("reward_model", bridge, model, FrozenState(model, Residency(params=not resident)),
+                             blocks=blocks or CachedBlocks())
     reward_model.state.settle()
     return reward_model
 
 
-def build_reference(hf_path, megatron: MegatronConfig, bf16: bool = False, param_offload: bool = True) -> RoleModel:
+def build_reference(hf_path, megatron: MegatronConfig, bf16: bool = False, param_offload: bool = True,
+                    blocks: CachedBlocks | None = None) -> RoleModel:
     """The frozen policy; `param_offload`: its weights in pinned host memory outside its calls."""
     bridge, model = _build(hf_path, megatron, trainable=False, value_head=False, bf16=bf16)
     for chunk in model:
         chunk.requires_grad_(False)
-    reference = RoleModel("reference", bridge, model, FrozenState(model, Residency(params=param_offload)))
+    reference = RoleModel("reference", bridge, model, FrozenState(model, Residency(params=param_offload)),
+                          blocks=blocks or CachedBlocks())
     reference.state.settle()
     return reference
 
 
 def _trained(name: str, bridge, model: list, optim: OptimConfig, megatron: MegatronConfig, total_steps: int,
-             bf16: bool) -> RoleModel:
+             bf16: bool, blocks: CachedBlocks | None = None) -> RoleModel:
     """A trained role with its optimizer, its weights and gradient buffers where `megatron`'s offloads put them."""
     optimizer, scheduler = build_optimizer(
         model,
@@ -234,5 +241,5 @@ def _trained(name: str, bridge, model: list, optim: OptimConfig, megatron: Megat
     )
     state = TrainedState(model, Residency(params=megatron.param_offload, grads=megatron.grad_offload))
     state.settle()
-    return RoleModel(name, bridge, model, state, optimizer, scheduler)
+    return RoleModel(name, bridge, model, state, optimizer, scheduler, blocks or CachedBlocks())
 

@@ -18,7 +18,7 @@ from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 from megatron.core.optimizer.distrib_optimizer import HAVE_APEX_OR_TE
 from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 from megarl.models import fallbacks
-from megarl.models.forward import run_schedule
+from megarl.models.forward import CachedBlocks, run_schedule
 from megarl.models.packing import PackedBatch
 
 LossFn = Callable[[torch.Tensor, PackedBatch], tuple[torch.Tensor, dict[str, torch.Tensor]]]
@@ -100,7 +100,8 @@ def allocate_optimizer_state(optimizer) -> None:
                     state["step"] = torch.tensor(0.0)
 
 
-def train_step(model: list, optimizer, scheduler, batches: list[PackedBatch], loss_fn: LossFn) -> dict:
+def train_step(model: list, optimizer, scheduler, batches: list[PackedBatch], loss_fn: LossFn,
+               blocks: CachedBlocks) -> dict:
     """Forward-backward over `batches`, then one optimizer step. Returns grad_norm, lr and whether the update
     was applied, and the per-micro-batch metrics of `loss_fn` (0-d tensors) summed on the last pipeline stage. The
     sums stay on the device for the caller to move to the host in one copy (`reduce_metrics`): reading one per
@@ -119,7 +120,7 @@ def train_step(model: list, optimizer, scheduler, batches: list[PackedBatch], lo
         chunk.train()
         chunk.zero_grad_buffer()
     optimizer.zero_grad()
-    run_schedule(model, batches, loss, forward_only=False)
+    run_schedule(model, batches, loss, forward_only=False, blocks=blocks)
     update_successful, grad_norm, _ = optimizer.step()
     if update_successful:
         scheduler.step(increment=1)

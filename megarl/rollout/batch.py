@@ -3,7 +3,7 @@
 A prompt batch carries `prompt_ids` (token lists) and the dataset's fields, plus a `uid` per prompt. After
 generation each prompt appears `n` times in a row (its group, for GRPO-style estimators) with `responses`
 [B, R] (right-padded), `response_mask` [B, R] and `rollout_log_probs` [B, R], and `finish_reason`. Training-side
-columns (the model passes' inputs and outputs) are megarl/workers/columns.py's.
+columns (the model passes' inputs and outputs) are megarl/workers/sequences.py's.
 """
 
 from __future__ import annotations
@@ -12,15 +12,14 @@ from typing import Any, Sequence
 
 import torch
 
+from megarl.columns import FINISH_REASON, PROMPT_IDS, RESPONSE_MASK, RESPONSES, REWARD_MODEL, ROLLOUT_LOG_PROBS, UID
 from megarl.rollout.base import Response
 from parallel.batch import Batch
 
 
-REWARD_OUTCOME = "reward_outcome"  # each response's reward Outcome, scored as it finished (the async mode)
-
 
 def ground_truths(batch: Batch) -> list[Any]:
-    return [reward_model.get("ground_truth") for reward_model in batch["reward_model"]]
+    return [reward_model.get("ground_truth") for reward_model in batch[REWARD_MODEL]]
 
 
 def rule_scored(ground_truth: Any, with_truth_only: bool) -> bool:
@@ -31,8 +30,8 @@ def rule_scored(ground_truth: Any, with_truth_only: bool) -> bool:
 
 def prompt_batch(items: dict[str, list], first_uid: int = 0) -> Batch:
     """From a `PromptLoader` batch (each key: one value per prompt), with uids first_uid, first_uid + 1, ..."""
-    count = len(items["prompt_ids"])
-    return Batch(fields={**items, "uid": [f"{first_uid + i}" for i in range(count)]})
+    count = len(items[PROMPT_IDS])
+    return Batch(fields={**items, UID: [f"{first_uid + i}" for i in range(count)]})
 
 
 def with_responses(prompts: Batch, responses: Sequence[Sequence[Response]], width: int | None = None) -> Batch:
@@ -57,6 +56,6 @@ def with_responses(prompts: Batch, responses: Sequence[Sequence[Response]], widt
         tokens[i, :length] = torch.tensor(response.token_ids, dtype=torch.long)
         mask[i, :length] = 1.0
         logprobs[i, :length] = torch.tensor(response.logprobs, dtype=torch.float32)
-    columns = Batch({"responses": tokens, "response_mask": mask, "rollout_log_probs": logprobs},
-                    {"finish_reason": [r.finish_reason for r in flat]})
+    columns = Batch({RESPONSES: tokens, RESPONSE_MASK: mask, ROLLOUT_LOG_PROBS: logprobs},
+                    {FINISH_REASON: [r.finish_reason for r in flat]})
     return prompts.repeat(n.pop()).union(columns)

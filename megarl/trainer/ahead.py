@@ -13,22 +13,27 @@ again, and the engines generate them with the restored weights.
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable, Iterator
+from typing import Iterator
 
+from megarl.data.dataset import PromptLoader
+from megarl.trainer.phases import Phase
 from megarl.trainer.sampling import StepSampler
+from megarl.trainer.roles import Rollout
 from parallel.batch import Batch
+from parallel.controller import Pending
 
 
 class AheadSampler:
     """The step's scored batch, its generation sent `staleness` steps earlier."""
 
-    def __init__(self, sampler: StepSampler, rollout, loader, staleness: int, last_step: int):
+    def __init__(self, sampler: StepSampler, rollout: Rollout, loader: PromptLoader, staleness: int, last_step: int):
         self.sampler, self.rollout, self.loader, self.staleness = sampler, rollout, loader, staleness
         self.last_step = last_step
-        self.in_flight: deque = deque()  # (step, the loader's state before its prompts, the pending generation)
+        # (step, the loader's state before its prompts, the generation in flight)
+        self.in_flight: deque[tuple[int, dict, Pending[Batch]]] = deque()
         self.next_step: int | None = None
 
-    def __call__(self, step: int, rows: Iterator[dict], phase: Callable) -> tuple[Batch, dict[str, float]]:
+    def __call__(self, step: int, rows: Iterator[dict], phase: Phase) -> tuple[Batch, dict[str, float]]:
         if self.next_step is None:
             self.next_step = step
         while self.next_step <= min(step + self.staleness, self.last_step):
@@ -44,7 +49,7 @@ class AheadSampler:
     def _send(self, step: int, rows: Iterator[dict]) -> None:
         state = self.loader.state_dict()
         prompts, seed = self.sampler.round_prompts(step, 0, next(rows))
-        self.in_flight.append((step, state, self.rollout.submit_generate(prompts, seed=seed)))
+        self.in_flight.append((step, state, self.rollout.generate_async(prompts, seed=seed)))
         self.next_step = step + 1
 
     def state_dict(self) -> dict:

@@ -90,11 +90,11 @@ def resume_candidate(cfg: MegaRLConfig) -> Path | None:
     """The checkpoint a launch would resume from if it verifies, found without reading its shards (for `--dry-run`
     and the checks before launch; `find_resume_checkpoint` verifies it, and refuses what is no checkpoint, when the
     run starts). Its trainer state parses: `saved_step` reads it."""
-    mode = cfg.trainer.resume_mode
-    if mode == "resume_path":
+    mode, path = cfg.trainer.resume_mode, None
+    if mode == "resume_path" and cfg.trainer.resume_from_path:  # validate.py refuses the mode without a path
         path = Path(cfg.trainer.resume_from_path).expanduser()
-    else:
-        steps = complete_steps(checkpoints_root(cfg)) if mode == "auto" else []
+    elif mode == "auto":
+        steps = complete_steps(checkpoints_root(cfg))
         path = step_dir(checkpoints_root(cfg), steps[-1]) if steps else None
     if path is None:
         return None
@@ -134,7 +134,7 @@ def _saved_layout(meta: Path) -> dict[str, int]:
 
 def _given_checkpoint(cfg: MegaRLConfig) -> Path:
     """`trainer.resume_from_path`, once it is known to be a complete checkpoint that verifies."""
-    path = Path(cfg.trainer.resume_from_path).expanduser()
+    path = Path(cfg.trainer.resume_from_path).expanduser()  # type: ignore[arg-type]  # validate.py requires it
     if not path.is_dir():
         raise ConfigError(f"trainer.resume_from_path={path} does not exist")
     others = ", ".join(step_dir(path.parent, s).name for s in complete_steps(path.parent)

@@ -8,13 +8,24 @@ metric the step lacks (no validation this step, a critic-only step) is not evalu
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
 from megarl.config.schema import HealthConfig
 
 VALIDATION = "val-core/"
 # Scores beyond it are no reward scale anyone means (float32 squares overflow above ~1.8e19): named as the cause.
 HUGE_SCORE = 1e15
+# Each check by name: the metric (prefix) it reads, evaluated only on steps that have it, and its judgement.
+Judge = Callable[["HealthMonitor", int, dict], Optional[str]]
+CHECKS: dict[str, tuple[str, Judge]] = {}
+
+
+def check(name: str, reads: str) -> Callable[[Judge], Judge]:
+    def register(judge: Judge) -> Judge:
+        CHECKS[name] = (reads, judge)
+        return judge
+
+    return register
 
 
 class HealthStop(Exception):
@@ -37,10 +48,10 @@ class HealthMonitor:
         if not self.health.enable:
             return {}
         out = {}
-        for name, key in CHECKS.items():
-            if not any(k.startswith(key) for k in metrics):
+        for name, (reads, judge) in CHECKS.items():
+            if not any(k.startswith(reads) for k in metrics):
                 continue
-            message = getattr(self, f"_{name}")(step, metrics)
+            message = judge(self, step, metrics)
             out[f"health/{name}"] = float(message is not None)
             if message is not None:
                 self.speak(f"health ({name}) at step {step}: {message}")
@@ -48,6 +59,7 @@ class HealthMonitor:
                     self.stop_reason = f"trainer.health.stop_on has {name}: {message}"
         return out
 
+    @check("ppo_kl", reads="actor/ppo_kl")
     def _ppo_kl(self, step: int, metrics: dict) -> str | None:
         kl = metrics.get("actor/ppo_kl")
         if kl is None:
@@ -60,6 +72,7 @@ class HealthMonitor:
                     "actor.optim.lr or lower the KL coefficient")
         return None
 
+    @check("grad_norm", reads="actor/grad_norm")
     def _grad_norm(self, step: int, metrics: dict) -> str | None:
         norm = metrics.get("actor/grad_norm")
         if norm is None or norm <= self.health.grad_norm_max:  # NaN breaches too
@@ -67,6 +80,7 @@ class HealthMonitor:
         return (f"actor/grad_norm={norm:.3g} > {self.health.grad_norm_max}: lower actor.optim.lr or "
                 "actor.optim.clip_grad (above 100 training usually diverges)")
 
+    @check("entropy_collapse", reads="actor/entropy")
     def _entropy_collapse(self, step: int, metrics: dict) -> str | None:
         entropy = metrics.get("actor/entropy")
         if entropy is None:
@@ -80,6 +94,7 @@ class HealthMonitor:
                 f"{self.first_entropy:.3g}: the policy is collapsing onto few answers: raise actor.entropy_coeff or "
                 "rollout.temperature, or use clip-higher (actor.clip_ratio_high)")
 
+    @check("response_clipping", reads="response_length/clip_ratio")
     def _response_clipping(self, step: int, metrics: dict) -> str | None:
         clipped = metrics.get("response_length/clip_ratio")
         if clipped is None or clipped <= self.health.response_clip_ratio_max:
@@ -87,6 +102,7 @@ class HealthMonitor:
         return (f"{clipped:.0%} of responses hit data.max_response_length: raise it, or penalise overlong answers "
                 "(reward.overlong_buffer)")
 
+    @check("logprob_mismatch", reads="rollout/logprob_mult_error")
     def _logprob_mismatch(self, step: int, metrics: dict) -> str | None:
         error = metrics.get("rollout/logprob_mult_error")
         # Generated ahead (trainer.staleness), the engines' log-probs are an older policy's: the error then measures
@@ -98,6 +114,7 @@ class HealthMonitor:
                 "trainer disagree on the sampled tokens' log-probs: correct for it (algorithm.rollout_correction) "
                 "or find the mismatch (rollout settings, precision)")
 
+    @check("zero_advantages", reads="critic/score/varied_ratio")
     def _zero_advantages(self, step: int, metrics: dict) -> str | None:
         varied = metrics.get("critic/score/varied_ratio")
         extremes = metrics.get("critic/advantages/max"), metrics.get("critic/advantages/min")
@@ -112,6 +129,7 @@ class HealthMonitor:
         return (f"every advantage is 0 although the responses of {varied:.0%} of the prompts scored differently "
                 f"(critic/score in [{low:.3g}, {high:.3g}]), so the step trained nothing: {cause}")
 
+    @check("val_stall", reads=VALIDATION)
     def _val_stall(self, step: int, metrics: dict) -> str | None:
         scores = [value for key, value in metrics.items() if key.startswith(VALIDATION)]
         if not scores:
@@ -126,9 +144,3 @@ class HealthMonitor:
         best, at = self.best_validation
         return (f"validation has not improved for {self.validations_since_best} evaluations (best {best:.4g} at step "
                 f"{at}): consider stopping, or lowering actor.optim.lr")
-
-
-# Each check and the metric (prefix) it reads: it is evaluated only on steps that have it.
-CHECKS = {"ppo_kl": "actor/ppo_kl", "grad_norm": "actor/grad_norm", "entropy_collapse": "actor/entropy",
-          "response_clipping": "response_length/clip_ratio", "logprob_mismatch": "rollout/logprob_mult_error",
-          "zero_advantages": "critic/score/varied_ratio", "val_stall": VALIDATION}

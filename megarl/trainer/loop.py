@@ -10,131 +10,40 @@ The tensor work runs in the workers (megarl/workers); what the driver does betwe
 
 from __future__ import annotations
 
-import time
-from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Iterator, Optional
+from typing import Iterator
 
 from megarl.algorithms import make_kl_controller
+from megarl.algorithms.kl import FixedKLController
 from megarl.config.schema import MegaRLConfig
 from megarl.data.dataset import PromptLoader, RLDataset
 from megarl.models.bridge import load_hf_config
-from megarl.placement import MAIN_POOL, ROLLOUT_POOL, role_pools, start_workers
+from megarl.models.tokenizer import load_tokenizer
+from megarl.placement import start_workers
 from megarl.rewards.scorer import RewardScorer
-from megarl.rollout.base import KV_CACHE, WEIGHTS
 from megarl.trainer import stages
 from megarl.trainer.ahead import AheadSampler
-from megarl.trainer.stages import Score
 from megarl.trainer.checkpoint import Checkpointer, find_resume_checkpoint, saved_step
 from megarl.trainer.health import HealthMonitor, HealthStop
 from megarl.trainer.metrics import MetricsLogger, check_loggers
 from megarl.trainer.perf import memory_metrics, perf_metrics, summarise
+from megarl.trainer.phases import timed
 from megarl.trainer.profiling import StepProfiler
-from megarl.trainer.recovery import RecoveringRollout
 from megarl.trainer.ptx import pretraining_columns, pretraining_loader
+from megarl.trainer.roles import Roles, Rollout
+from megarl.trainer.spawn import spawn_roles
 from megarl.trainer.samples import SampleLog
-from megarl.trainer.sampling import StepSampler
-from megarl.models.tokenizer import load_tokenizer
+from megarl.trainer.sampling import Sampler, StepSampler
 from megarl.trainer.scaffold import endless, tell, total_steps, validates_at
+from megarl.trainer.stages import Score
 from megarl.trainer.validation import Validator
-from megarl.workers.actor import ActorWorker
-from megarl.workers.critic import CriticWorker
-from megarl.workers.inputs import reward_output_log, role_inputs
-from megarl.workers.reference import ReferenceWorker
-from megarl.workers.reward_model import RewardModelWorker
-from megarl.workers.rollout import RolloutWorker
-from megarl.workers.weight_sender import WeightSenderWorker
+from megarl.workers.inputs import model_path, reward_output_log
 from parallel.batch import Batch
+from parallel.memory import Windows
+from parallel.worker import Worker
 
 
-@contextmanager
-def timed(metrics: dict, name: str, windows: dict | None = None):
-    """`timing_s/{name}`, added up over the phase's visits (dynamic sampling generates and scores in rounds); with
-    `windows`, also the wall-clock span (time.time(), the clock of the workers' memory samples) from the first
-    visit's start to the last one's end, under `name`."""
-    start, wall_start = time.perf_counter(), time.time()
-    yield
-    key = f"timing_s/{name}"
-    metrics[key] = metrics.get(key, 0.0) + time.perf_counter() - start
-    if windows is not None:
-        windows[name] = (windows.get(name, (wall_start,))[0], time.time())
-
-
-def untimed(name: str):
-    """A phase outside any step (the sync after a checkpoint's load): not timed."""
-    return nullcontext()
-
-
-@dataclass
-class Roles:
-    """The driver's handles on the recipe's roles (controller worker groups); the critic, the reference and the
-    reward model are None when the recipe runs without them."""
-
-    actor: Any
-    rollout: Any
-    critic: Optional[Any] = None
-    reference: Optional[Any] = None
-    reward_model: Optional[Any] = None
-    sender: Optional[Any] = None  # the actor's end of the weight bridge, when the engines have GPUs of their own
-
-    def sync_weights(self, phase: Callable = untimed) -> dict[str, float]:
-        """The actor's weights into the engines: through the reshard layer beside it (`update_weights`), between
-        the engine's weights coming back and its KV cache (`resume`: the KV cache is the large part, so it comes
-        back once the sync's buckets are gone); or over the bridge. Each rollout rank runs its calls in order, so
-        engines on a pool of their own first finish the generation in flight (`sync_wait`, which is not the sync's
-        time)."""
-        if self.sender is None:
-            with phase("resume"):
-                self.rollout.resume([WEIGHTS])
-            with phase("update_weights"):
-                metrics = self.rollout.sync_weights()
-            with phase("resume"):
-                self.rollout.resume([KV_CACHE])
-            return metrics
-        with phase("sync_wait"):
-            self.rollout.idle()
-        with phase("update_weights"):
-            received = self.rollout.receive_weights.submit()  # first: both ends meet in the bridge's collectives
-            sent = self.sender.send_weights.submit()
-            return {**sent.result(), **received.result()}
-
-
-def spawn_roles(cluster, cfg: MegaRLConfig, steps: int) -> Roles:
-    """Each role on its pool, built from its typed inputs; the rollout role last, as it serves the colocated actor."""
-    inputs, pools = role_inputs(cfg, steps), role_pools(cfg)
-
-    def spawn(name: str, cls: type, role_input):
-        return cluster[pools[name]].spawn(name, cls, role_input) if role_input is not None else None
-
-    actor = spawn("actor", ActorWorker, inputs.actor)
-    # A LoRA actor is its own reference (adapters disabled): no second copy of the weights.
-    reference = actor if inputs.actor.reference_log_prob is not None else spawn("reference", ReferenceWorker,
-                                                                                 inputs.reference)
-    critic = spawn("critic", CriticWorker, inputs.critic)
-    reward_model = spawn("reward_model", RewardModelWorker, inputs.reward_model)
-    if inputs.reward_model is not None and inputs.reward_model.retemplate is not None:
-        tell("reward model: it reads text differently from the policy (tokenizer or chat template), so each "
-             "prompt + response is decoded and encoded again for it")
-    rollout = RecoveringRollout(spawn("rollout", RolloutWorker, inputs.rollout), tell)
-    sender = join_bridge(cluster, cfg, rollout) if inputs.rollout.own_pool else None
-    return Roles(actor, rollout, critic, reference, reward_model, sender)
-
-
-def join_bridge(cluster, cfg: MegaRLConfig, rollout):
-    """The weight bridge from the actor's first rank to every rank of the rollout pool (parallel/bridge.py)."""
-    sender = cluster[MAIN_POOL].spawn("weight_sender", WeightSenderWorker, cfg.model.path,
-                                      cfg.actor.megatron.tensor_model_parallel_size)
-    host, port = sender.bridge_address()
-    size, timeout = 1 + cluster[ROLLOUT_POOL].world_size, cfg.trainer.collective_timeout_s
-    # Both ends at once, the rollout's first: each waits for the other in the rendezvous.
-    ends = [role.join_bridge.submit(host, port, size, timeout) for role in (rollout, sender)]
-    for end in ends:
-        end.result()
-    return sender
-
-
-def make_sampler(roles: Roles, cfg: MegaRLConfig, score: Score, loader: PromptLoader, steps: int):
+def make_sampler(roles: Roles, cfg: MegaRLConfig, score: Score, loader: PromptLoader, steps: int) -> Sampler:
     """The step's samples, generated in the step or (trainer.staleness) steps ahead of it, up to step `steps`."""
     sampler = StepSampler(roles.rollout, cfg, score, roles.reward_model)
     staleness = cfg.trainer.staleness
@@ -144,24 +53,24 @@ def make_sampler(roles: Roles, cfg: MegaRLConfig, score: Score, loader: PromptLo
 class RLStep:
     """One PPO/GRPO-family step over a batch of prompts."""
 
-    def __init__(self, roles: Roles, cfg: MegaRLConfig, sample, kl_controller,
+    def __init__(self, roles: Roles, cfg: MegaRLConfig, sample: Sampler, kl_controller: FixedKLController,
                  pretraining: Iterator[dict] | None = None):
         """`sample`: make_sampler's."""
         self.roles, self.sample, self.kl_controller, self.pretraining = roles, sample, kl_controller, pretraining
         self.algorithm = cfg.algorithm
         self.max_logprob_mult_error = cfg.rollout.max_logprob_mult_error
         self.critic_warmup = cfg.trainer.critic_warmup
-        self.windows: dict[str, tuple[float, float]] = {}  # the last step's phases (wall clock), for its timeline
+        self.windows: Windows = {}  # the last step's phases (wall clock), for its timeline
 
     def __call__(self, step: int, prompts: Iterator[dict]) -> tuple[Batch, dict[str, float]]:
         """One step on prompts drawn from `prompts` (one loader batch, or more with dynamic sampling)."""
-        roles, metrics, windows = self.roles, {}, {}
+        roles = self.roles
+        metrics: dict[str, float] = {}
+        windows: Windows = {}
         self.windows = windows
         phase = partial(timed, metrics, windows=windows)
         batch, reward_metrics = self.sample(step, prompts, phase)  # gen, gen_max and reward
-        if roles.sender is None:  # engines beside the trainer give it their memory
-            with phase("release"):
-                roles.rollout.release()
+        roles.weights.release(phase)
         with phase("old_log_prob"):
             batch = batch.union(roles.actor.compute_log_prob(batch))
         gate = stages.logprob_gate(batch, self.max_logprob_mult_error)
@@ -180,29 +89,28 @@ class RLStep:
             batch = batch.union(stages.advantages(batch, self.algorithm))
         if roles.critic is not None:
             with phase("update_critic"):
-                metrics.update(roles.critic.update_critic(batch)[0])
+                metrics.update(roles.critic.update_critic(batch))
         if step > self.critic_warmup:
             with phase("update_actor"):
                 update = batch
                 if self.pretraining is not None:  # PPO-ptx
                     update = batch.union(pretraining_columns(next(self.pretraining), len(batch)))
-                metrics.update(roles.actor.update_actor(update)[0])
-        metrics.update(roles.sync_weights(phase))
+                metrics.update(roles.actor.update_actor(update))
+        metrics.update(roles.weights.sync(phase))
         metrics["rollout/engine_restarts"] = roles.rollout.restarts
         return batch, {**metrics, **reward_metrics, **kl_metrics, **gate, **self.memory(windows)}
 
-    def memory(self, windows: dict[str, tuple[float, float]]) -> dict[str, float]:
+    def memory(self, windows: Windows) -> dict[str, float]:
         """`memory/*/peak_gb` of the step's phases, asked of every process of the actor's pool (and of the critic's
         and the reward model's, when they have their own) with the step's span as the "step" window."""
         step = (min(start for start, _ in windows.values()), max(end for _, end in windows.values()))
-        asked = [self.roles.actor]
-        for role in (self.roles.critic, self.roles.reward_model):  # each with a pool of its own, if it has one
-            if role is not None and role.group is not self.roles.actor.group:
-                asked.append(role)
-        return memory_metrics([rank for role in asked for rank in role.memory_peaks({**windows, "step": step})])
+        windows = {**windows, "step": step}
+        return memory_metrics([rank for pool in self.roles.model_pools
+                               for rank in pool.call(Worker.memory_peaks, windows)])
 
 
-def validation(validator: Validator, rollout, score: Score, samples: SampleLog, step: int) -> dict[str, float]:
+def validation(validator: Validator, rollout: Rollout, score: Score, samples: SampleLog,
+               step: int) -> dict[str, float]:
     """Validate the engines' current weights; the first samples go to the sample logs."""
     metrics, kept = validator(rollout, score)
     samples.log_validation(step, kept)
@@ -220,7 +128,7 @@ def stop_for_health(checkpoints: Checkpointer, step: int, saved: bool, reason: s
 def train(cfg: MegaRLConfig) -> None:
     check_loggers(cfg)
     resume_from = find_resume_checkpoint(cfg)  # before anything starts: a wrong resume path fails at once
-    hf_config = load_hf_config(cfg.model.path)
+    hf_config = load_hf_config(model_path(cfg.model.path, "model.path"))
     tokenizer = load_tokenizer(cfg.model)
     data = cfg.data
     loader = PromptLoader(RLDataset.from_config(data.train_files, tokenizer, data), data.generation_batch_size,
@@ -249,12 +157,11 @@ def train(cfg: MegaRLConfig) -> None:
         rl_step = RLStep(roles, cfg, sample, kl_controller, endless(ptx) if ptx else None)
         health = HealthMonitor(cfg.trainer.health, tell)
         samples = SampleLog(cfg.trainer, cfg.reward, tokenizer, cluster.is_driver, start)
-        profile = StepProfiler(cfg.trainer.profile_steps, cfg.trainer.output_dir,
-                               [r for r in (roles.actor, roles.critic) if r is not None], cluster.is_driver,
-                               roles.rollout)
+        profile = StepProfiler(cfg.trainer.profile_steps, cfg.trainer.output_dir, roles.trained_pools,
+                               cluster.is_driver, roles.rollout)
         validate = partial(validation, validator, roles.rollout, score, samples) if validator else None
         with MetricsLogger(cfg, steps, cluster.is_driver, start_step=start) as logger:
-            roles.sync_weights()  # after the load: the engine serves the restored actor
+            roles.weights.sync()  # after the load: the engine serves the restored actor
             if validate and cfg.trainer.val_before_train and start == 0:
                 logger.log(0, validate(0))
             batches = endless(loader)

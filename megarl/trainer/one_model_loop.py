@@ -13,7 +13,8 @@ from megarl.data.dataset import DataError, PromptLoader
 from megarl.placement import MAIN_POOL, main_pool
 from megarl.trainer.metrics import MetricsLogger, check_loggers
 from megarl.trainer.scaffold import endless, total_steps, validates_at
-from parallel.controller import start_cluster
+from megarl.workers import OneModelWorker
+from parallel.controller import RoleHandle, start_cluster
 
 HF_DIR_NAME = "hf"
 
@@ -23,10 +24,10 @@ class OneModelRun:
     """What differs between the one-model trainers."""
 
     role: str  # the worker's name, e.g. "sft"
-    worker: type  # its class: `train_batch`, `eval_batch`, `save_hf`, `dp_size`
+    worker: type[OneModelWorker]
     inputs: Callable[[int], Any]  # total steps → the worker's typed inputs
     to_batch: Callable[..., Any]  # loader items → the worker's batch (`multiple_of` pads for validation)
-    validate: Callable[[Any, Any], dict[str, float]]  # (worker, validation set) → metrics
+    validate: Callable[[RoleHandle[Any], Any], dict[str, float]]  # (the worker's handle, validation set) → metrics
     unit: str  # what the data holds, for messages ("samples", "rankings")
     written: str  # what the saved checkpoint is ("SFT model")
     use: str  # what it is for, said after its path
@@ -46,14 +47,14 @@ def train_one_model(cfg, run: OneModelRun, train_set, val_set: Optional[Any]) ->
             batches = endless(loader)
             for step in range(1, steps + 1):
                 start = time.perf_counter()
-                metrics = worker.train_batch(run.to_batch(next(batches)))[0]
+                metrics = worker.call(OneModelWorker.train_batch, run.to_batch(next(batches)))
                 metrics["train/epoch"] = (step - 1) // len(loader) + 1
                 metrics["timing_s/step"] = time.perf_counter() - start
                 if val_set is not None and validates_at(step, steps, cfg.trainer.test_freq):
                     metrics.update(run.validate(worker, val_set))
                 logger.log(step, metrics)
         # Absolute: a Ray worker's working directory need not be the driver's.
-        hf_dir = Path(worker.save_hf(str(Path(cfg.trainer.output_dir).resolve() / HF_DIR_NAME)))
+        hf_dir = Path(worker.call(OneModelWorker.save_hf, str(Path(cfg.trainer.output_dir).resolve() / HF_DIR_NAME)))
         if cluster.is_driver:
             print(f"{run.written} written to {hf_dir} ({run.use})", flush=True)
     return hf_dir

@@ -7,8 +7,6 @@ PPO epoch, against the device's dense bf16 peak; devices without a known peak (C
 
 from __future__ import annotations
 
-import torch
-
 from parallel.batch import Batch
 
 # Dense bf16 peak FLOP/s by device name fragment (vendor data sheets, without sparsity).
@@ -37,14 +35,6 @@ def training_flops(hf_config, sequence_lengths: list[int], frozen_weights: bool 
     return (4 if frozen_weights else 6) * matmul_params * tokens + attention
 
 
-def device_stats() -> dict:
-    """This process's device name and the host's used memory."""
-    import psutil
-
-    return {"name": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-            "cpu_memory_used_gb": psutil.virtual_memory().used / 1e9}
-
-
 def summarise(per_rank: list[dict]) -> dict:
     """The ranks' `device_stats` → rank 0's device, the largest host figure."""
     return {"name": per_rank[0]["name"], "cpu_memory_used_gb": max(r["cpu_memory_used_gb"] for r in per_rank)}
@@ -67,10 +57,10 @@ def memory_metrics(per_rank: list[dict]) -> dict[str, float]:
     out = {}
     for name, windows in MEMORY_PHASES.items():
         device = _largest(per_rank, windows, "device")
-        if device is not None:
+        if device is not None:  # and so are the reservations and live tensors: each GPU answers all three
             out[f"memory/{name}/peak_gb"] = device / 1e9
-            out[f"memory/{name}/reserved_gb"] = _largest(per_rank, windows, "reserved") / 1e9
-            out[f"memory/{name}/allocated_gb"] = _largest(per_rank, windows, "allocated") / 1e9
+            for kind in ("reserved", "allocated"):
+                out[f"memory/{name}/{kind}_gb"] = (_largest(per_rank, windows, kind) or 0) / 1e9
     host = _largest(per_rank, ("step",), "host")
     if host is not None:
         out["memory/host/peak_gb"] = host / 1e9

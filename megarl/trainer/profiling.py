@@ -11,30 +11,33 @@ from __future__ import annotations
 import json
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from megarl.trainer.roles import Rollout
+from parallel.controller import RoleHandle
+from parallel.memory import Windows
+from parallel.worker import Worker
 
 
 class StepProfiler:
-    def __init__(self, steps, output_dir: str, groups: list, is_driver: bool, rollout=None):
-        """`groups`: the roles whose processes are recorded (one call per pool); `rollout`: the rollout role, whose
-        engines record their own processes."""
+    def __init__(self, steps: Iterable[int], output_dir: str, pools: tuple[RoleHandle[Any], ...], is_driver: bool,
+                 rollout: Rollout | None = None):
+        """`pools`: a role on each pool of processes to record; `rollout`: the rollout role, whose engines record
+        their own processes."""
         self.steps, self.root, self.is_driver = set(steps), Path(output_dir).expanduser() / "profile", is_driver
-        self.rollout = rollout
-        pools: dict[int, object] = {}
-        for handle in groups:  # one call per pool of processes (colocated roles share theirs)
-            pools.setdefault(id(handle.group), handle)
-        self.groups = list(pools.values())
+        self.rollout, self.pools = rollout, pools
 
     def directory(self, step: int) -> Path:
         return self.root / f"step_{step}"
 
     @contextmanager
-    def __call__(self, step: int):
+    def __call__(self, step: int) -> Iterator[None]:
         """Record the block on every worker process if `step` is profiled."""
         if step not in self.steps:
             yield
             return
-        for group in self.groups:
-            group.start_profile()
+        for pool in self.pools:
+            pool.call(Worker.start_profile)
         if self.rollout is not None:
             self.rollout.start_engine_profile(str(self.directory(step)))
         try:
@@ -42,10 +45,10 @@ class StepProfiler:
         finally:
             if self.rollout is not None:
                 self.rollout.stop_engine_profile()
-            for group in self.groups:
-                group.stop_profile(str(self.directory(step)))
+            for pool in self.pools:
+                pool.call(Worker.stop_profile, str(self.directory(step)))
 
-    def write_timeline(self, step: int, windows: dict[str, tuple[float, float]]) -> None:
+    def write_timeline(self, step: int, windows: Windows) -> None:
         """The step's phases (`windows`: name → wall-clock start and end, s) as Chrome trace events."""
         if step not in self.steps or not self.is_driver:
             return

@@ -8,6 +8,7 @@ is part of the checkpoint, so a resumed run draws what an uninterrupted one woul
 
 from __future__ import annotations
 
+from megarl.columns import PROMPT_IDS, PTX_PROMPT_IDS, PTX_RESPONSE_MASK, PTX_RESPONSES, RESPONSE_MASK, RESPONSES, stage
 from megarl.config.schema import MegaRLConfig
 from megarl.data.dataset import PromptLoader
 from megarl.data.sft_dataset import SFTDataset, sft_batch
@@ -28,9 +29,10 @@ def pretraining_loader(cfg: MegaRLConfig, tokenizer) -> PromptLoader | None:
                         seed=cfg.trainer.seed)
 
 
+@stage(writes=(PTX_PROMPT_IDS, PTX_RESPONSES, PTX_RESPONSE_MASK))
 def pretraining_columns(items: dict[str, list], rows: int) -> Batch:
     """The first `rows` samples of a loader batch as the update's `ptx_prompt_ids`, `ptx_responses` and
     `ptx_response_mask` columns (a step that trains fewer groups, under dynamic sampling, takes fewer)."""
     batch = sft_batch({key: values[:rows] for key, values in items.items()})
-    return Batch({"ptx_responses": batch["responses"], "ptx_response_mask": batch["response_mask"]},
-                 {"ptx_prompt_ids": batch["prompt_ids"]})
+    return Batch({PTX_RESPONSES: batch[RESPONSES], PTX_RESPONSE_MASK: batch[RESPONSE_MASK]},
+                 {PTX_PROMPT_IDS: batch[PROMPT_IDS]})

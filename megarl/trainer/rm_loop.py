@@ -13,6 +13,7 @@ from megarl.trainer.one_model_loop import OneModelRun, train_one_model
 from megarl.models.tokenizer import load_tokenizer
 from megarl.workers.inputs import rm_inputs
 from megarl.workers.rm_trainer import RMTrainerWorker
+from parallel.controller import RoleHandle
 
 
 def load_rankings(cfg: RMConfig, files: list[str], tokenizer) -> RankingDataset:
@@ -30,10 +31,10 @@ def train_rm(cfg: RMConfig) -> Path:
     return train_one_model(cfg, run, load_rankings(cfg, cfg.data.train_files, tokenizer), val_set)
 
 
-def validate(worker, dataset: RankingDataset, batch_size: int) -> dict[str, float]:
+def validate(worker: RoleHandle[RMTrainerWorker], dataset: RankingDataset, batch_size: int) -> dict[str, float]:
     """`val/rm/loss` and `val/rm/accuracy`: the means over every ranking of `dataset`, in batches of `batch_size`."""
     totals = {"loss": 0.0, "accuracy": 0.0, "rankings": 0.0}
     for items in PromptLoader(dataset, batch_size, shuffle=False, drop_last=False):
-        for part in worker.eval_batch(ranking_batch(items, multiple_of=worker.dp_size)):
+        for part in worker.call(RMTrainerWorker.eval_batch, ranking_batch(items, multiple_of=worker.dp_size)):
             totals = {key: value + part[key] for key, value in totals.items()}
     return {f"val/rm/{key}": totals[key] / totals["rankings"] for key in ("loss", "accuracy")}

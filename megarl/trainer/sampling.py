@@ -15,19 +15,25 @@ import math
 from typing import Callable, Iterator
 
 from megarl.algorithms.dapo import groups_with_signal, trained_group_count
+from megarl.columns import ACC, RESPONSE_MASK, RM_SCORES, TOKEN_LEVEL_SCORES, UID, stage
 from megarl.config.schema import MegaRLConfig
 from megarl.rollout.batch import prompt_batch
 from megarl.trainer import stages
+from megarl.trainer.phases import Phase
+from megarl.trainer.roles import RewardModel, Rollout
 from megarl.trainer.stages import Score
 from parallel.batch import Batch
 
 ROUND_SEED_STRIDE = 1_000_003  # a later round's sampling seed, far from every step's first round
 
+# A step's scored batch and its metrics, from the step, the loader's rows and the step's `phase`.
+Sampler = Callable[[int, Iterator[dict], Phase], tuple[Batch, dict[str, float]]]
+
 
 class StepSampler:
     """Generates and scores a step's prompts through the rollout role; `phase(name)` times each part."""
 
-    def __init__(self, rollout, cfg: MegaRLConfig, score: Score, reward_model=None):
+    def __init__(self, rollout: Rollout, cfg: MegaRLConfig, score: Score, reward_model: RewardModel | None = None):
         """`reward_model`: the reward-model role, whose scores join the rules' (`reward.model`)."""
         self.rollout, self.score, self.reward_model, self.reward = rollout, score, reward_model, cfg.reward
         self.seed, self.n = cfg.trainer.seed, cfg.rollout.n
@@ -39,8 +45,9 @@ class StepSampler:
         minis = [cfg.actor.ppo_mini_batch_size] + ([cfg.critic.ppo_mini_batch_size] if cfg.use_critic else [])
         self.mini_batch_groups = math.lcm(*minis)
 
-    def __call__(self, step: int, rows: Iterator[dict], phase: Callable) -> tuple[Batch, dict[str, float]]:
-        rounds, metrics = [], {}
+    def __call__(self, step: int, rows: Iterator[dict], phase: Phase) -> tuple[Batch, dict[str, float]]:
+        rounds: list[Batch] = []
+        metrics: dict[str, float] = {}
         while True:
             batch, round_metrics = self._round(step, len(rounds), next(rows), phase)
             rounds.append(batch)
@@ -48,7 +55,7 @@ class StepSampler:
                 metrics[key] = metrics.get(key, 0.0) + value
             if not self.filter.enable:
                 return batch, metrics
-            signal = self._signal(Batch.concat(rounds))
+            signal = self.signal_groups(Batch.concat(rounds))
             limit = self.filter.max_num_gen_batches
             if len(signal) >= self.train_batch_size or (limit and len(rounds) >= limit):
                 break
@@ -60,7 +67,7 @@ class StepSampler:
         prompts = prompt_batch(rows, first_uid=step * self.train_batch_size + index * self.gen_batch_size)
         return prompts, self.seed + step + index * ROUND_SEED_STRIDE
 
-    def _round(self, step: int, index: int, rows: dict, phase: Callable) -> tuple[Batch, dict[str, float]]:
+    def _round(self, step: int, index: int, rows: dict, phase: Phase) -> tuple[Batch, dict[str, float]]:
         """One round's prompts, their responses, scores and shaped scores."""
         prompts, seed = self.round_prompts(step, index, rows)
         with phase("gen"):
@@ -70,7 +77,7 @@ class StepSampler:
                 batch = batch.union(stages.remax_baseline(self.rollout, prompts, self.score, self.n))
         return self.scored(batch, phase)
 
-    def scored(self, batch: Batch, phase: Callable) -> tuple[Batch, dict[str, float]]:
+    def scored(self, batch: Batch, phase: Phase) -> tuple[Batch, dict[str, float]]:
         """Generated responses with their scores (rules or a function, the reward model's) and shaped scores."""
         with phase("reward"):
             scored, metrics = stages.score(batch, self.score, with_truth_only=self.reward_model is not None)
@@ -78,21 +85,23 @@ class StepSampler:
             # Beside the engine, still resident: dynamic sampling may generate another round, and a released engine
             # would need the actor's weights again.
             with phase("reward_model"):
-                model_scores = self.reward_model.compute_rm_score(batch)["rm_scores"]
-            scored = stages.add_model_scores(scored, model_scores, batch["response_mask"], self.reward)
+                model_scores = self.reward_model.compute_rm_score(batch)[RM_SCORES]
+            scored = stages.add_model_scores(scored, model_scores, batch[RESPONSE_MASK], self.reward)
         if self.overlong.enable:
-            scored = stages.shape_overlong(scored, batch["response_mask"], self.overlong, self.max_response_length)
+            scored = stages.shape_overlong(scored, batch[RESPONSE_MASK], self.overlong, self.max_response_length)
         return batch.union(scored), metrics
 
-    def _signal(self, batch: Batch) -> list[str]:
-        values = batch["acc"] if self.filter.metric == "acc" else batch["token_level_scores"].sum(-1)
-        return groups_with_signal(batch["uid"], values.tolist())
+    @stage(reads=(UID, TOKEN_LEVEL_SCORES), reads_if_present=(ACC,))
+    def signal_groups(self, batch: Batch) -> list[str]:
+        """The uids of the groups whose responses' `algorithm.filter_groups.metric` differ."""
+        values = batch[ACC] if self.filter.metric == "acc" else batch[TOKEN_LEVEL_SCORES].sum(-1)
+        return groups_with_signal(batch[UID], values.tolist())
 
     def _select(self, batch: Batch, signal: list[str]) -> tuple[Batch, int]:
         """The groups to train on, in batch order, and how many of them carry signal."""
         count = trained_group_count(len(signal), self.train_batch_size, self.mini_batch_groups)
         with_signal = set(signal)
-        without = [uid for uid in dict.fromkeys(batch["uid"].tolist()) if uid not in with_signal]
+        without = [uid for uid in dict.fromkeys(batch[UID].tolist()) if uid not in with_signal]
         chosen = set((signal + without)[:count])
-        rows = [i for i, uid in enumerate(batch["uid"]) if uid in chosen]
+        rows = [i for i, uid in enumerate(batch[UID]) if uid in chosen]
         return batch.select(indices=rows), min(len(signal), count)

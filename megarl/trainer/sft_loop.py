@@ -12,6 +12,7 @@ from megarl.trainer.one_model_loop import OneModelRun, train_one_model
 from megarl.models.tokenizer import load_tokenizer
 from megarl.workers.inputs import sft_inputs
 from megarl.workers.sft import SFTWorker
+from parallel.controller import RoleHandle
 
 
 def load_dataset(cfg: SFTConfig, files: list[str], tokenizer) -> SFTDataset:
@@ -31,10 +32,10 @@ def train_sft(cfg: SFTConfig) -> Path:
     return train_one_model(cfg, run, load_dataset(cfg, cfg.data.train_files, tokenizer), val_set)
 
 
-def validation_loss(worker, dataset: SFTDataset, batch_size: int) -> float:
+def validation_loss(worker: RoleHandle[SFTWorker], dataset: SFTDataset, batch_size: int) -> float:
     """The mean NLL over every response token of `dataset`, in batches of `batch_size` samples."""
     nll = tokens = 0.0
     for items in PromptLoader(dataset, batch_size, shuffle=False, drop_last=False):
-        for part in worker.eval_batch(sft_batch(items, multiple_of=worker.dp_size)):
+        for part in worker.call(SFTWorker.eval_batch, sft_batch(items, multiple_of=worker.dp_size)):
             nll, tokens = nll + part["nll"], tokens + part["tokens"]
     return nll / tokens

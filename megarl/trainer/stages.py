@@ -1,6 +1,7 @@
 """The loop's driver-side stages, each a function of the step's `Batch` that returns new columns or metrics: rule or
 custom scores (and DAPO's overlong shaping), ReMax's greedy baseline, the engine/trainer log-prob gate and
-rollout correction, KL-penalised rewards, advantages, and verl's data metrics."""
+rollout correction, KL-penalised rewards, advantages, and verl's data metrics. Each declares the columns it reads
+and writes (`@stage`, megarl/columns.py)."""
 
 from __future__ import annotations
 
@@ -12,16 +13,24 @@ import torch
 from megarl.algorithms import apply_kl_penalty, compute_advantage, masked_mean
 from megarl.algorithms.dapo import overlong_penalty
 from megarl.algorithms.rollout_correction import rollout_correction
+from megarl.columns import (ACC, ADVANTAGES, DATA_SOURCE, EXTRA_INFO, OLD_LOG_PROBS, OVERLONG_PENALTY, PRED,
+                            PROMPT_IDS, REF_LOG_PROB, RESPONSE_MASK, RESPONSES, RETURNS, REWARD_BASELINES,
+                            REWARD_MODEL, REWARD_OUTCOME, RM_SCORES, ROLLOUT_IS_WEIGHTS, ROLLOUT_LOG_PROBS,
+                            ROLLOUT_RS_MASK, RULE_SCORES, TOKEN_LEVEL_REWARDS, TOKEN_LEVEL_SCORES, UID, VALUES,
+                            stage)
 from megarl.config.schema import AlgorithmConfig, OverlongBufferConfig, RewardConfig, RolloutCorrectionConfig
 from megarl.rewards.scorer import RewardResult
-from megarl.rollout.batch import REWARD_OUTCOME, ground_truths, rule_scored
+from megarl.rollout.batch import ground_truths, rule_scored
 from megarl.rollout.gates import check_logprob_agreement, logprob_agreement
+from megarl.trainer.roles import Rollout
 from parallel.batch import Batch
 
 
 Score = Callable[..., RewardResult]  # a RewardScorer, or the loop's wrapper that scores once for every rank
 
 
+@stage(reads=(RESPONSES, RESPONSE_MASK, DATA_SOURCE, REWARD_MODEL), writes=(TOKEN_LEVEL_SCORES, ACC),
+       reads_if_present=(EXTRA_INFO, REWARD_OUTCOME), may_write=(PRED,))
 def score(batch: Batch, scorer: Score, with_truth_only: bool = False) -> tuple[Batch, dict[str, float]]:
     """`token_level_scores` [B, R]: each response's score on its last token (scored here, or as the response
     finished where the rollout's async mode left its outcome in `reward_outcome`); `acc` [B]: the reward function's
@@ -32,137 +41,147 @@ def score(batch: Batch, scorer: Score, with_truth_only: bool = False) -> tuple[B
     rows = [i for i, truth in enumerate(truths) if rule_scored(truth, with_truth_only)]
     if len(rows) < len(batch):
         return _score_rows(batch, scorer, rows)
-    extra = list(batch["extra_info"]) if "extra_info" in batch else None
+    extra = list(batch[EXTRA_INFO]) if EXTRA_INFO in batch else None
     scored = list(batch[REWARD_OUTCOME]) if REWARD_OUTCOME in batch else None  # the rollout's async mode
-    result = scorer(batch["responses"], batch["response_mask"], list(batch["data_source"]), truths, extra, scored)
+    result = scorer(batch[RESPONSES], batch[RESPONSE_MASK], list(batch[DATA_SOURCE]), truths, extra, scored)
     accuracy = result.extra_info.get("acc", [None] * len(batch))
     acc = torch.tensor([float(a) if a is not None else float(s) for a, s in zip(accuracy, result.scores.tolist())])
-    preds = {"pred": result.extra_info["pred"]} if "pred" in result.extra_info else {}
-    return Batch({"token_level_scores": result.token_level_scores, "acc": acc}, preds), result.metrics
+    preds = {PRED: result.extra_info["pred"]} if "pred" in result.extra_info else {}
+    return Batch({TOKEN_LEVEL_SCORES: result.token_level_scores, ACC: acc}, preds), result.metrics
 
 
 def _score_rows(batch: Batch, scorer: Score, rows: list[int]) -> tuple[Batch, dict[str, float]]:
     """`score` of the chosen rows, zeros (and no `pred`) elsewhere."""
-    scores, acc = torch.zeros_like(batch["response_mask"]), torch.zeros(len(batch))
+    scores, acc = torch.zeros_like(batch[RESPONSE_MASK]), torch.zeros(len(batch))
     if not rows:
-        return Batch({"token_level_scores": scores, "acc": acc}), {"reward/num_errors": 0.0}
+        return Batch({TOKEN_LEVEL_SCORES: scores, ACC: acc}), {"reward/num_errors": 0.0}
     part, metrics = score(batch.select(indices=rows), scorer)
     index = torch.tensor(rows)
-    scores[index], acc[index] = part["token_level_scores"], part["acc"]
-    return Batch({"token_level_scores": scores, "acc": acc}), metrics
+    scores[index], acc[index] = part[TOKEN_LEVEL_SCORES], part[ACC]
+    return Batch({TOKEN_LEVEL_SCORES: scores, ACC: acc}), metrics
 
 
+@stage(reads=(TOKEN_LEVEL_SCORES,), writes=(TOKEN_LEVEL_SCORES, RULE_SCORES, RM_SCORES))
 def add_model_scores(scored: Batch, model_scores: torch.Tensor, response_mask: torch.Tensor,
                      reward: RewardConfig) -> Batch:
     """Each response's score becomes `reward.rule_weight` × its rule score + `reward.model.weight` × the reward
     model's, on its last token; `rule_scores` and `rm_scores` [B] keep the two apart (their metrics)."""
     lengths = response_mask.sum(-1).long()
     rows = torch.nonzero(lengths > 0).squeeze(-1)
-    rule_scores = scored["token_level_scores"].sum(-1)
-    combined = scored["token_level_scores"] * reward.rule_weight
+    rule_scores = scored[TOKEN_LEVEL_SCORES].sum(-1)
+    combined = scored[TOKEN_LEVEL_SCORES] * reward.rule_weight
     combined[rows, lengths[rows] - 1] += reward.model.weight * model_scores[rows].to(combined.dtype)
-    return Batch({**scored.tensors, "token_level_scores": combined, "rule_scores": rule_scores,
-                  "rm_scores": model_scores.float()}, scored.fields)
+    return Batch({**scored.tensors, TOKEN_LEVEL_SCORES: combined, RULE_SCORES: rule_scores,
+                  RM_SCORES: model_scores.float()}, scored.fields)
 
 
+@stage(reads=(TOKEN_LEVEL_SCORES,), writes=(TOKEN_LEVEL_SCORES, OVERLONG_PENALTY))
 def shape_overlong(scored: Batch, response_mask: torch.Tensor, buffer: OverlongBufferConfig,
                    max_response_length: int) -> Batch:
     """DAPO's overlong penalty added to each response's score on its last token, and as `overlong_penalty` [B]."""
     lengths = response_mask.sum(-1).long()
     penalty = overlong_penalty(lengths, max_response_length, buffer.len, buffer.penalty_factor)
-    scores = scored["token_level_scores"].clone()
+    scores = scored[TOKEN_LEVEL_SCORES].clone()
     rows = torch.nonzero(lengths > 0).squeeze(-1)
     scores[rows, lengths[rows] - 1] += penalty[rows].to(scores.dtype)
-    return Batch({**scored.tensors, "token_level_scores": scores, "overlong_penalty": penalty}, scored.fields)
+    return Batch({**scored.tensors, TOKEN_LEVEL_SCORES: scores, OVERLONG_PENALTY: penalty}, scored.fields)
 
 
-def remax_baseline(rollout, prompts: Batch, scorer: Score, samples_per_prompt: int) -> Batch:
+@stage(reads=(PROMPT_IDS,), writes=(REWARD_BASELINES,))
+def remax_baseline(rollout: Rollout, prompts: Batch, scorer: Score, samples_per_prompt: int) -> Batch:
     """`reward_baselines` [B]: ReMax's baseline, the score of each prompt's greedy response (from the rollout
     role), repeated for the prompt's samples."""
     greedy, _ = score(rollout.generate(prompts, greedy=True), scorer)
-    return Batch({"reward_baselines": greedy["token_level_scores"].sum(-1).repeat_interleave(samples_per_prompt)})
+    return Batch({REWARD_BASELINES: greedy[TOKEN_LEVEL_SCORES].sum(-1).repeat_interleave(samples_per_prompt)})
 
 
+@stage(reads=(ROLLOUT_LOG_PROBS, OLD_LOG_PROBS, RESPONSE_MASK))
 def logprob_gate(batch: Batch, max_mult_error: float | None) -> dict[str, float]:
     """`rollout/logprob_*`: how far the engine's log-probs are from the trainer's `old_log_probs`; raises past
     `max_mult_error` (None: measure only)."""
-    gate = logprob_agreement(batch["rollout_log_probs"], batch["old_log_probs"], batch["response_mask"])
+    gate = logprob_agreement(batch[ROLLOUT_LOG_PROBS], batch[OLD_LOG_PROBS], batch[RESPONSE_MASK])
     if max_mult_error is not None:
         check_logprob_agreement(gate, max_mult_error)
     return gate
 
 
+@stage(reads=(OLD_LOG_PROBS, ROLLOUT_LOG_PROBS, RESPONSE_MASK), may_write=(ROLLOUT_IS_WEIGHTS, ROLLOUT_RS_MASK))
 def correct_rollout(batch: Batch, correction: RolloutCorrectionConfig) -> tuple[Batch, dict[str, float]]:
     """`rollout_is_weights` (with `rollout_is`) and `rollout_rs_mask` (with rejection or a veto) for the actor's loss,
     from the engine's and the trainer's log-probs; `rollout_corr/*` metrics."""
     result = rollout_correction(
-        batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"], is_level=correction.rollout_is,
+        batch[OLD_LOG_PROBS], batch[ROLLOUT_LOG_PROBS], batch[RESPONSE_MASK], is_level=correction.rollout_is,
         is_threshold=correction.rollout_is_threshold, rs_level=correction.rollout_rs, rs_upper=correction.rs_upper,
         rs_lower=correction.rs_lower, veto_threshold=correction.rollout_token_veto_threshold)
-    columns = {"rollout_is_weights": result.weights} if result.weights is not None else {}
+    columns = {ROLLOUT_IS_WEIGHTS: result.weights} if result.weights is not None else {}
     if correction.rollout_rs is not None or correction.rollout_token_veto_threshold is not None:
-        columns["rollout_rs_mask"] = result.keep
+        columns[ROLLOUT_RS_MASK] = result.keep
     return Batch(columns), result.metrics
 
 
+@stage(reads=(TOKEN_LEVEL_SCORES,), writes=(TOKEN_LEVEL_REWARDS,),
+       reads_if_present=(OLD_LOG_PROBS, REF_LOG_PROB, RESPONSE_MASK))
 def rewards(batch: Batch, algorithm: AlgorithmConfig, kl_controller) -> tuple[Batch, dict[str, float]]:
     """`token_level_rewards`: the scores, minus β·KL(actor ‖ reference) per token with `use_kl_in_reward` (β from
     the controller, which the batch's KL then updates)."""
     if not algorithm.use_kl_in_reward:
-        return Batch({"token_level_rewards": batch["token_level_scores"]}), {}
-    penalised, current_kl = apply_kl_penalty(batch["token_level_scores"], batch["old_log_probs"],
-                                             batch["ref_log_prob"], batch["response_mask"], kl_controller.value,
+        return Batch({TOKEN_LEVEL_REWARDS: batch[TOKEN_LEVEL_SCORES]}), {}
+    penalised, current_kl = apply_kl_penalty(batch[TOKEN_LEVEL_SCORES], batch[OLD_LOG_PROBS],
+                                             batch[REF_LOG_PROB], batch[RESPONSE_MASK], kl_controller.value,
                                              algorithm.kl_penalty)
     metrics = {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": kl_controller.value}
     kl_controller.update(current_kl, n_steps=len(batch))
-    return Batch({"token_level_rewards": penalised}), metrics
+    return Batch({TOKEN_LEVEL_REWARDS: penalised}), metrics
 
 
+@stage(reads=(TOKEN_LEVEL_REWARDS, RESPONSE_MASK, UID), writes=(ADVANTAGES, RETURNS),
+       reads_if_present=(VALUES, REWARD_BASELINES))
 def advantages(batch: Batch, algorithm: AlgorithmConfig) -> Batch:
     """`advantages` and `returns` [B, R] from the registered estimator; responses of one prompt share a `uid`."""
     advantage, returns = compute_advantage(
         algorithm.adv_estimator,
-        token_level_rewards=batch["token_level_rewards"], response_mask=batch["response_mask"],
-        values=batch["values"] if "values" in batch else None, index=np.asarray(batch["uid"]),
-        reward_baselines=batch["reward_baselines"] if "reward_baselines" in batch else None,
+        token_level_rewards=batch[TOKEN_LEVEL_REWARDS], response_mask=batch[RESPONSE_MASK],
+        values=batch[VALUES] if VALUES in batch else None, index=np.asarray(batch[UID]),
+        reward_baselines=batch[REWARD_BASELINES] if REWARD_BASELINES in batch else None,
         gamma=algorithm.gamma, lam=algorithm.lam, norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo,
     )
-    return Batch({"advantages": advantage, "returns": returns})
+    return Batch({ADVANTAGES: advantage, RETURNS: returns})
 
 
+@stage(reads=(RESPONSE_MASK, TOKEN_LEVEL_SCORES, TOKEN_LEVEL_REWARDS, ADVANTAGES, RETURNS),
+       reads_if_present=(UID, VALUES, RM_SCORES, RULE_SCORES, OVERLONG_PENALTY))
 def data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
     """verl's `critic/*` and `response_length/*` metrics of a scored, rewarded, advantaged batch (and with
     overlong shaping, the mean penalty and the fraction of responses penalised)."""
-    mask = batch["response_mask"]
+    mask = batch[RESPONSE_MASK]
     lengths = mask.sum(dim=-1)
-    scores = batch["token_level_scores"].sum(-1)
-    valid_advantages = batch["advantages"][mask.bool()]
+    scores = batch[TOKEN_LEVEL_SCORES].sum(-1)
+    valid_advantages = batch[ADVANTAGES][mask.bool()]
     metrics = {
         "critic/score/mean": scores.mean().item(),
         "critic/score/max": scores.max().item(),
         "critic/score/min": scores.min().item(),
-        "critic/rewards/mean": batch["token_level_rewards"].sum(-1).mean().item(),
-        "critic/advantages/mean": masked_mean(batch["advantages"], mask).item(),
+        "critic/rewards/mean": batch[TOKEN_LEVEL_REWARDS].sum(-1).mean().item(),
+        "critic/advantages/mean": masked_mean(batch[ADVANTAGES], mask).item(),
         "critic/advantages/max": valid_advantages.max().item() if valid_advantages.numel() else 0.0,
         "critic/advantages/min": valid_advantages.min().item() if valid_advantages.numel() else 0.0,
-        "critic/returns/mean": masked_mean(batch["returns"], mask).item(),
+        "critic/returns/mean": masked_mean(batch[RETURNS], mask).item(),
         "response_length/mean": lengths.mean().item(),
         "response_length/max": lengths.max().item(),
         "response_length/min": lengths.min().item(),
         "response_length/clip_ratio": (lengths >= max_response_length).float().mean().item(),
     }
-    if "uid" in batch:
-        metrics["critic/score/varied_ratio"] = varied_ratio(scores, list(batch["uid"]))
-    if "values" in batch:
-        metrics["critic/values/mean"] = masked_mean(batch["values"], mask).item()
-    if "rm_scores" in batch:
-        metrics["reward/model_score/mean"] = batch["rm_scores"].mean().item()
-        metrics["reward/rule_score/mean"] = batch["rule_scores"].mean().item()
-    if "overlong_penalty" in batch:
-        metrics["reward/overlong_penalty/mean"] = batch["overlong_penalty"].mean().item()
-        metrics["reward/overlong_ratio"] = (batch["overlong_penalty"] < 0).float().mean().item()
+    if UID in batch:
+        metrics["critic/score/varied_ratio"] = varied_ratio(scores, list(batch[UID]))
+    if VALUES in batch:
+        metrics["critic/values/mean"] = masked_mean(batch[VALUES], mask).item()
+    if RM_SCORES in batch:
+        metrics["reward/model_score/mean"] = batch[RM_SCORES].mean().item()
+        metrics["reward/rule_score/mean"] = batch[RULE_SCORES].mean().item()
+    if OVERLONG_PENALTY in batch:
+        metrics["reward/overlong_penalty/mean"] = batch[OVERLONG_PENALTY].mean().item()
+        metrics["reward/overlong_ratio"] = (batch[OVERLONG_PENALTY] < 0).float().mean().item()
     return metrics
-
 
 
 def varied_ratio(scores: torch.Tensor, uids: list) -> float:

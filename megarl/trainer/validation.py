@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from megarl.columns import DATA_SOURCE, RESPONSE_MASK, TOKEN_LEVEL_SCORES
 from megarl.config.schema import DataConfig
 from megarl.data.dataset import PromptLoader, RLDataset
 from megarl.rollout.batch import prompt_batch
+from megarl.trainer.roles import Rollout
 from megarl.trainer.stages import Score, score
 from parallel.batch import Batch
 
@@ -23,23 +25,23 @@ class Validator:
         self.loader = PromptLoader(dataset, data.val_batch_size or len(dataset), shuffle=False, drop_last=False)
         self.n, self.kept_samples = n, kept_samples
 
-    def __call__(self, rollout, scorer: Score) -> tuple[dict[str, float], list[Batch]]:
+    def __call__(self, rollout: Rollout, scorer: Score) -> tuple[dict[str, float], list[Batch]]:
         """One pass over the validation set, graded by `scorer`; the engines must hold the current weights.
         Returns the `val-core/*` metrics and the first samples (in the pass's batches, whose widths differ)."""
         scores: dict[str, list[float]] = defaultdict(list)
         lengths: list[float] = []
         kept: list[Batch] = []
-        wanted = self.kept_samples if self.kept_samples >= 0 else float("inf")
+        wanted: float = self.kept_samples if self.kept_samples >= 0 else float("inf")
         for index, items in zip(range(len(self.loader)), self.loader):
             batch = rollout.generate(prompt_batch(items, first_uid=VAL_UID_OFFSET + index * self.loader.batch_size),
                                      validate=True)
             scored, _ = score(batch, scorer)
-            for source, value in zip(batch["data_source"], scored["token_level_scores"].sum(-1).tolist()):
+            for source, value in zip(batch[DATA_SOURCE], scored[TOKEN_LEVEL_SCORES].sum(-1).tolist()):
                 scores[source].append(value)
-            lengths += batch["response_mask"].sum(-1).tolist()
+            lengths += batch[RESPONSE_MASK].sum(-1).tolist()
             missing = wanted - sum(len(b) for b in kept)
             if missing > 0:
-                kept.append(batch.union(scored).select(indices=list(range(min(missing, len(batch))))))
+                kept.append(batch.union(scored).select(indices=list(range(int(min(missing, len(batch)))))))
         metrics = {f"val-core/{source}/reward/mean@{self.n}": sum(v) / len(v) for source, v in scores.items()}
         metrics["val-aux/response_length/mean"] = sum(lengths) / len(lengths)
         return metrics, kept

@@ -2,9 +2,13 @@
 Each is built from its typed inputs (megarl/workers/inputs.py) and holds its megatron model as `self.model`
 (a megarl.models.roles.RoleModel)."""
 
+from abc import ABC, abstractmethod
+
 from megarl.models.checkpoint import load_training_checkpoint, save_training_checkpoint
+from megarl.models.roles import RoleModel
 from megarl.workers.inputs import ModelSource
 from parallel import topology
+from parallel.batch import Batch
 from parallel.dispatch import Collect, worker_method
 from parallel.worker import Worker
 
@@ -19,6 +23,8 @@ def join_mesh(source: ModelSource) -> None:
 class TrainedWorker(Worker):
     """A role whose model is trained (`self.model`, a RoleModel with an optimizer): its training checkpoints."""
 
+    model: RoleModel
+
     @worker_method(collect=Collect.RANK_ZERO)
     def save_checkpoint(self, path: str) -> list[str]:
         """Weights, optimizer, LR scheduler and RNG states into `path` (megarl/models/checkpoint.py); returns the
@@ -30,3 +36,19 @@ class TrainedWorker(Worker):
     def load_checkpoint(self, path: str) -> None:
         with self.model.weights_in_use():
             load_training_checkpoint(self.model, path)
+
+
+class OneModelWorker(Worker, ABC):
+    """The role of a one-model trainer (`megarl sft`, `megarl rm`): what megarl/trainer/one_model_loop.py calls."""
+
+    @abstractmethod
+    def train_batch(self, batch: Batch) -> dict[str, float]:
+        """One optimizer step over the global batch; its metrics, identical on every rank (`Collect.AGREED`)."""
+
+    @abstractmethod
+    def eval_batch(self, batch: Batch) -> dict[str, float]:
+        """This data-parallel rank's sums of the validation metrics, no update (`Collect.DP_LEADERS`)."""
+
+    @abstractmethod
+    def save_hf(self, out_dir: str) -> str:
+        """Write the trained model as a HF checkpoint in `out_dir`; returns it (`Collect.RANK_ZERO`)."""

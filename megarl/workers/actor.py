@@ -10,25 +10,31 @@ import torch.distributed as dist
 from megatron.core import parallel_state
 
 from megarl.algorithms import POLICY_LOSSES, kl_penalty, token_weights
+from megarl.columns import (ADVANTAGES, ENTROPYS, OLD_LOG_PROBS, PROMPT_IDS, PTX_PROMPT_IDS, PTX_RESPONSE_MASK,
+                            PTX_RESPONSES, REF_LOG_PROB, RESPONSE_MASK, RESPONSES, ROLLOUT_IS_WEIGHTS, ROLLOUT_RS_MASK,
+                            SEQUENCES, stage)
 from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
 from megarl.models.roles import build_actor
-from megarl.trainer.perf import device_stats
 from megarl.workers import TrainedWorker, join_mesh
-from megarl.workers.columns import reference_columns, response_values, sequences
+from megarl.workers.sequences import reference_columns, response_values, sequences
 from megarl.workers.inputs import ActorInputs
 from megarl.workers.updates import pack_groups, pack_mini_batch, ppo_epochs, reduce_metrics
 from parallel.batch import Batch
 from parallel.dispatch import Collect, Dispatch, worker_method
+from parallel.memory import device_stats
 
 
 class ActorWorker(TrainedWorker):
-    def __init__(self, inputs: ActorInputs):
+    def __init__(self, inputs: ActorInputs, beside: ActorWorker | None = None):
+        """`beside`: another actor in these processes, whose GPUs' cached blocks it shares (an A/B benchmark's)."""
         join_mesh(inputs.model)
         self.inputs = inputs
         self.model = build_actor(inputs.model.path, inputs.model.megatron, inputs.optim, inputs.total_steps,
-                                 bf16=torch.cuda.is_available(), lora=inputs.lora, seed=inputs.model.seed)
+                                 bf16=torch.cuda.is_available(), lora=inputs.lora, seed=inputs.model.seed,
+                                 blocks=beside.model.blocks if beside else None)
 
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
+    @stage(reads=SEQUENCES, writes=(OLD_LOG_PROBS,), may_write=(ENTROPYS,))
     def compute_log_prob(self, batch: Batch) -> Batch:
         """`old_log_probs` [B, R] of the responses under the current policy, at the rollout temperature (and the
         next-token distribution's `entropys` [B, R] with `log_prob_entropy`)."""
@@ -36,22 +42,29 @@ class ActorWorker(TrainedWorker):
         groups = self.inputs.log_prob.split([len(s) for s in seqs])
         entropy = self.inputs.log_prob_entropy
         computed = self.model.logprobs(seqs, groups, temperature=self.inputs.temperature, with_entropy=entropy)
-        columns = {"old_log_probs": response_values(batch, computed["logprobs"])}
+        columns = {OLD_LOG_PROBS: response_values(batch, computed["logprobs"])}
         if entropy:
-            columns["entropys"] = response_values(batch, computed["entropy"])
+            columns[ENTROPYS] = response_values(batch, computed["entropy"])
         return Batch(columns)
 
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
+    @stage(reads=SEQUENCES, writes=(REF_LOG_PROB,))
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
         """A LoRA actor as the reference policy: `ref_log_prob` [B, R] of the base model (adapters disabled)."""
-        return reference_columns(batch, self.inputs.reference_log_prob.split,
+        batching = self.inputs.reference_log_prob
+        if batching is None:
+            raise RuntimeError("compute_ref_log_prob of an actor without LoRA: its reference is a role of its own")
+        return reference_columns(batch, batching.split,
                                  partial(self.model.base_logprobs, temperature=self.inputs.temperature))
 
     @worker_method(collect=Collect.ALL)
     def device_stats(self) -> dict:
         return device_stats()
 
-    @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
+    @worker_method(Dispatch.DP_SPLIT, Collect.AGREED)
+    @stage(reads=(*SEQUENCES, OLD_LOG_PROBS, ADVANTAGES),
+           reads_if_present=(REF_LOG_PROB, ROLLOUT_IS_WEIGHTS, ROLLOUT_RS_MASK, PTX_PROMPT_IDS, PTX_RESPONSES,
+                             PTX_RESPONSE_MASK))
     def update_actor(self, batch: Batch) -> dict[str, float]:
         """PPO epochs over this rank's part in mini-batches (one optimizer step each) of micro-batches; needs
         `old_log_probs`, `advantages` (and `ref_log_prob` with a KL loss; `ptx_prompt_ids`, `ptx_responses`,
@@ -62,13 +75,13 @@ class ActorWorker(TrainedWorker):
 
     def _update_mini_batch(self, part: Batch) -> dict[str, float]:
         loss, device = self.inputs.loss, self.model.device
-        fields = {"old_log_probs": part["old_log_probs"], "advantages": part["advantages"]}
+        fields = {OLD_LOG_PROBS: part[OLD_LOG_PROBS], ADVANTAGES: part[ADVANTAGES]}
         if loss.kl_loss_coef is not None:
-            fields["ref_log_prob"] = part["ref_log_prob"]
-        if "rollout_is_weights" in part:  # rollout correction
-            fields["rollout_is_weights"] = part["rollout_is_weights"]
+            fields[REF_LOG_PROB] = part[REF_LOG_PROB]
+        if ROLLOUT_IS_WEIGHTS in part:  # rollout correction
+            fields[ROLLOUT_IS_WEIGHTS] = part[ROLLOUT_IS_WEIGHTS]
         # Rejected tokens (rollout correction) leave the loss and its denominators.
-        mask = part["response_mask"] * part["rollout_rs_mask"] if "rollout_rs_mask" in part else None
+        mask = part[RESPONSE_MASK] * part[ROLLOUT_RS_MASK] if ROLLOUT_RS_MASK in part else None
         packed, tokens = pack_mini_batch(part, fields, self.inputs.update, device, mask)
         if loss.ptx_coef > 0:
             packed += self._ptx_micro_batches(part, device)
@@ -82,16 +95,16 @@ class ActorWorker(TrainedWorker):
                 nll = -(logprobs * f["ptx_weights"]).sum()
                 return loss.ptx_coef * nll, {"ptx_loss": nll}
             logprobs, entropy = vocab_parallel_logprobs_and_entropy(logits, batch.labels, temperature)
-            pg_weights = f["weights"] * f["rollout_is_weights"] if "rollout_is_weights" in f else f["weights"]
+            pg_weights = f["weights"] * f[ROLLOUT_IS_WEIGHTS] if ROLLOUT_IS_WEIGHTS in f else f["weights"]
             pg_loss, clipfrac, ppo_kl, clipfrac_lower = policy_loss(
-                f["old_log_probs"], logprobs, f["advantages"], f["mask"], loss.clip_ratio_low,
+                f[OLD_LOG_PROBS], logprobs, f[ADVANTAGES], f["mask"], loss.clip_ratio_low,
                 loss.clip_ratio_high, loss.clip_ratio_c, weights=pg_weights)
             share = f["mask"].sum() / max(tokens, 1.0)  # this micro-batch's share of the mini-batch's tokens
             total = pg_loss - loss.entropy_coeff * (entropy * f["weights"]).sum()
             metrics = {"pg_loss": pg_loss, "pg_clipfrac": clipfrac * share, "ppo_kl": ppo_kl * share,
                        "pg_clipfrac_lower": clipfrac_lower * share, "entropy": (entropy * f["token_mean"]).sum()}
             if loss.kl_loss_coef is not None:
-                kl = (kl_penalty(logprobs, f["ref_log_prob"], loss.kl_loss_type) * f["weights"]).sum()
+                kl = (kl_penalty(logprobs, f[REF_LOG_PROB], loss.kl_loss_type) * f["weights"]).sum()
                 total = total + loss.kl_loss_coef * kl
                 metrics["kl_loss"] = kl
             return total, metrics
@@ -101,9 +114,9 @@ class ActorWorker(TrainedWorker):
     def _ptx_micro_batches(self, part: Batch, device) -> list:
         """The mini-batch's pretraining samples (`ptx_*` columns, PPO-ptx) packed like its RL samples, weighted so
         that their summed loss is the mean NLL over the mini-batch's pretraining tokens on all data-parallel ranks."""
-        ptx = Batch({"responses": part["ptx_responses"], "response_mask": part["ptx_response_mask"]},
-                    {"prompt_ids": part["ptx_prompt_ids"]})
-        mask = ptx["response_mask"]
+        ptx = Batch({RESPONSES: part[PTX_RESPONSES], RESPONSE_MASK: part[PTX_RESPONSE_MASK]},
+                    {PROMPT_IDS: part[PTX_PROMPT_IDS]})
+        mask = ptx[RESPONSE_MASK]
         tokens = mask.sum().to(device)
         dist.all_reduce(tokens, group=parallel_state.get_data_parallel_group())
         seqs = sequences(ptx)

@@ -34,9 +34,13 @@ REWARD_OUTPUT_LOG = "reward_function.log"
 class ModelSource:
     """A megatron role's starting checkpoint and the mesh it runs on."""
 
-    path: str  # a HF checkpoint directory
+    path: Optional[str]  # a HF checkpoint directory (a recipe's checks refuse to run one without)
     megatron: MegatronConfig
     seed: int  # the mesh's RNG streams (and a new critic head's draw)
+
+    @property
+    def directory(self) -> str:
+        return model_path(self.path, "the model's path")
 
 
 @dataclass(frozen=True)
@@ -130,7 +134,7 @@ def reward_output_log(cfg: MegaRLConfig) -> str:
 
 @dataclass(frozen=True)
 class RolloutInputs:
-    model_path: str
+    model_path: Optional[str]
     train_tp: int  # the colocated actor's tensor-parallel size, which places the engines (parallel/engines.py)
     rollout: RolloutConfig
     max_response_length: int
@@ -164,6 +168,13 @@ def _update_schedule(section: ActorConfig | CriticConfig, samples_per_prompt: in
                           section.ppo_max_token_len_per_gpu)
     return UpdateSchedule(section.ppo_mini_batch_size * samples_per_prompt, section.ppo_epochs, micro,
                           section.loss_agg_mode, max_response_length)
+
+
+def model_path(path: str | None, key: str) -> str:
+    """A model directory the run needs (a recipe's checks refuse to run one without)."""
+    if path is None:
+        raise ValueError(f"{key} is not set: name a HF checkpoint directory")
+    return path
 
 
 def _policy_model(cfg: MegaRLConfig) -> ModelSource:
@@ -205,10 +216,10 @@ def reference_inputs(cfg: MegaRLConfig) -> ReferenceInputs:
 
 def reward_model_inputs(cfg: MegaRLConfig) -> RewardModelInputs:
     """Whether the reward model needs its inputs re-encoded is decided here, once, from both tokenizers."""
-    model = cfg.reward.model
-    retemplate = retemplate_source(cfg.model.tokenizer_path or cfg.model.path, model.path, model.chat_template,
-                                   cfg.model.trust_remote_code)
-    return RewardModelInputs(ModelSource(model.path, model.megatron, cfg.trainer.seed),
+    model, path = cfg.reward.model, model_path(cfg.reward.model.path, "reward.model.path")
+    retemplate = retemplate_source(cfg.model.tokenizer_path or model_path(cfg.model.path, "model.path"), path,
+                                   model.chat_template, cfg.model.trust_remote_code)
+    return RewardModelInputs(ModelSource(path, model.megatron, cfg.trainer.seed),
                              MicroBatching(model.use_dynamic_bsz, model.micro_batch_size_per_gpu,
                                            model.max_token_len_per_gpu),
                              resident=model.enable_resource_pool, retemplate=retemplate)

@@ -21,12 +21,11 @@ from megarl.algorithms import ranking_terms
 from megarl.models.packing import PackedBatch, pack_micro_batches, to_device
 from megarl.models.roles import build_critic
 from megarl.models.seq_cls_export import write_sequence_classifier
-from megarl.workers import join_mesh
+from megarl.workers import OneModelWorker, join_mesh
 from megarl.workers.inputs import RMInputs
 from megarl.workers.updates import reduce_metrics
 from parallel.batch import Batch
 from parallel.dispatch import Collect, Dispatch, worker_method
-from parallel.worker import Worker
 
 
 @dataclass(frozen=True)
@@ -40,7 +39,7 @@ class RankedMicroBatches:
     weights: list[torch.Tensor]
 
 
-class RMTrainerWorker(Worker):
+class RMTrainerWorker(OneModelWorker):
     def __init__(self, inputs: RMInputs):
         join_mesh(inputs.model)
         self.inputs = inputs
@@ -49,7 +48,8 @@ class RMTrainerWorker(Worker):
 
     def _micro_batches(self, batch: Batch) -> RankedMicroBatches:
         """Micro-batches of whole rankings: so many rankings each, or (use_dynamic_bsz) up to a token budget."""
-        sequences, ranges = [], []
+        sequences: list[torch.Tensor] = []
+        ranges: list[range] = []
         for prompt, responses in zip(batch["prompt_ids"], batch["response_ids"]):
             ranges.append(range(len(sequences), len(sequences) + len(responses)))
             sequences += [torch.tensor(prompt + response, dtype=torch.long) for response in responses]
@@ -59,7 +59,7 @@ class RMTrainerWorker(Worker):
                                   [[len(ranges[r]) for r in group] for group in rankings],
                                   [batch["weight"][group].float() for group in rankings])
 
-    @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
+    @worker_method(Dispatch.DP_SPLIT, Collect.AGREED)
     def train_batch(self, batch: Batch) -> dict[str, float]:
         """One optimizer step over the global batch of rankings (`prompt_ids`, `response_ids`, `weight`; this
         rank's part in micro-batches): the loss is the mean ranking loss over the batch's rankings. Returns
@@ -105,7 +105,7 @@ class RMTrainerWorker(Worker):
         if dist.get_rank() == 0:
             tokenizer = AutoTokenizer.from_pretrained(self.inputs.tokenizer_path or self.inputs.model.path,
                                                       trust_remote_code=self.inputs.trust_remote_code)
-            write_sequence_classifier(tensors, out_dir, self.inputs.model.path, tokenizer)
+            write_sequence_classifier(tensors, out_dir, self.inputs.model.directory, tokenizer)
         else:
             for _ in tensors:
                 pass

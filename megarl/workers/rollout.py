@@ -1,6 +1,10 @@
-"""The rollout role: one engine rank per GPU, next to the actor whose weights it serves (parallel/engines.py
-places the engines, parallel/reshard.py streams the weights; the group's first rank generates for the prompts
-dispatched to its engine)."""
+"""The rollout role: one engine rank per GPU (parallel/engines.py places the engines; the group's first rank generates
+for the prompts dispatched to its engine), in one of two placements, each a class of its own:
+
+- `ColocatedRolloutWorker`: beside the actor on its GPUs, whose weights it streams in through the reshard layer
+  (parallel/reshard.py); the engine releases its memory while the trainer has the GPU and takes it back for the sync.
+- `PooledRolloutWorker`: on GPUs of its own (`rollout.enable_resource_pool`); the weights come over the bridge
+  (parallel/weight_bridge.py) and the engine keeps its memory."""
 
 from __future__ import annotations
 
@@ -10,6 +14,8 @@ import torch
 import torch.distributed as dist
 from megatron.core import parallel_state
 
+from megarl.columns import (DATA_SOURCE, EXTRA_INFO, FINISH_REASON, PROMPT_IDS, RESPONSE_MASK, RESPONSES,
+                            REWARD_MODEL, REWARD_OUTCOME, ROLLOUT_LOG_PROBS, stage)
 from megarl.models.bridge import load_hf_config
 from megarl.models.to_hf import hf_converter
 from megarl.models.tokenizer import load_tokenizer
@@ -17,49 +23,115 @@ from megarl.rewards.scorer import RewardScorer
 from megarl.rewards.stream import StreamingScorer
 from megarl.rollout.base import (KV_CACHE, MEMORY_TAGS, WEIGHTS, Response, RolloutEngine, SamplingParams,
                                  rollout_backend)
-from megarl.rollout.batch import REWARD_OUTCOME, ground_truths, rule_scored, with_responses
-from megarl.workers.inputs import RolloutInputs
+from megarl.rollout.batch import ground_truths, rule_scored, with_responses
+from megarl.workers.actor import ActorWorker
+from megarl.workers.inputs import RolloutInputs, model_path
 from parallel.batch import Batch
-from parallel.bridge import WeightBridge
+from parallel.weight_bridge import WeightBridge
 from parallel.dispatch import Collect, Dispatch, RankLayout, worker_method
 from parallel.engines import place_engines
 from parallel.reshard import WeightStreamer
-from parallel.worker import Worker, colocated
+from parallel.worker import Worker
 
 
 class RolloutWorker(Worker):
-    def __init__(self, inputs: RolloutInputs, actor_role: str = "actor"):
-        """Beside the actor (`actor_role`, in this process), or with `inputs.own_pool` on GPUs of its own, where the
-        weights come over the bridge (parallel/bridge.py) and the engine keeps its memory."""
+    """What both placements share: the engine, its generation (and the async mode's scoring beside it), its
+    profile."""
+
+    def __init__(self, inputs: RolloutInputs, engine_tp_of_slots: int):
+        """`engine_tp_of_slots`: the tensor-parallel size whose groups the engines' slots follow (the actor's
+        beside it, the engines' own on a pool of their own)."""
         self.inputs = inputs
-        rollout_tp = inputs.rollout.tensor_model_parallel_size
-        self.placement = place_engines(rollout_tp if inputs.own_pool else inputs.train_tp, rollout_tp)
-        self.hf_config = hf_config = load_hf_config(inputs.model_path)
+        self.placement = place_engines(engine_tp_of_slots, inputs.rollout.tensor_model_parallel_size)
+        self.model_path = model_path(inputs.model_path, "model.path")
+        self.hf_config = load_hf_config(self.model_path)
         self.engine = self._build_engine()
         streaming = inputs.streaming_reward
         # The async mode scores on the engine's owner, beside its generation.
         self.scorer = (RewardScorer.from_config(load_tokenizer(streaming.model), streaming.reward, streaming.output_log)
                        if streaming is not None and self.engine.is_owner else None)
-        self.bridge: WeightBridge | None = None
-        if inputs.own_pool:
-            self.engine.resume_memory(MEMORY_TAGS)
-            return
-        self.actor = actor = colocated(actor_role).model
-        self.streamer = WeightStreamer(actor.named_parameters, hf_converter(hf_config), self.placement.slot,
-                                       self.placement.slots,
-                                       pp_group=parallel_state.get_pipeline_model_parallel_group())
 
     def _build_engine(self) -> RolloutEngine:
-        """This rank's part of its engine, its memory released: the trainer has the GPU until the next sync."""
+        """This rank's part of its engine, its memory released."""
         slot, inputs = self.placement.slot, self.inputs
         engine = rollout_backend(inputs.rollout.name).from_config(
-            inputs.rollout, inputs.model_path, engine_ranks=slot.engine_ranks, group=self.placement.group,
+            inputs.rollout, self.model_path, engine_ranks=slot.engine_ranks, group=self.placement.group,
             local_devices=self.placement.local_devices, hf_config=self.hf_config, seed=inputs.seed + slot.engine)
         engine.release_memory(MEMORY_TAGS)
         return engine
 
     def layout(self) -> RankLayout:
         return RankLayout(self.placement.slot.engine, self.placement.engine_count, self.engine.is_owner)
+
+    def close(self) -> None:
+        self.engine.shutdown()
+        if self.scorer is not None:
+            self.scorer.close()
+
+    @worker_method()
+    def start_engine_profile(self, directory: str) -> None:
+        """Record the engine's own processes (SGLang's schedulers) until `stop_engine_profile` (trainer.profile_steps)."""
+        self.engine.start_profile(directory)
+
+    @worker_method()
+    def stop_engine_profile(self) -> None:
+        self.engine.stop_profile()
+
+    @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
+    @stage(reads=(PROMPT_IDS,), writes=(RESPONSES, RESPONSE_MASK, ROLLOUT_LOG_PROBS, FINISH_REASON),
+           reads_if_present=(DATA_SOURCE, REWARD_MODEL, EXTRA_INFO), may_write=(REWARD_OUTCOME,))
+    def generate(self, prompts: Batch, validate: bool = False, greedy: bool = False,
+                 seed: int | None = None) -> Batch | None:
+        """Responses to this engine's share of `prompts` (`prompt_ids` column): rollout.n each, the validation
+        sampling of rollout.val_kwargs (`validate`), or one greedy response each (`greedy`: ReMax's baseline)."""
+        if not self.engine.is_owner:
+            return None
+        max_new = self.inputs.max_response_length
+        # Engines sample different prompts; distinct seeds keep their random streams apart too.
+        seed = None if seed is None else seed + 100_003 * self.placement.slot.engine
+        if greedy:
+            params = SamplingParams(n=1, temperature=0.0, max_new_tokens=max_new)
+        else:
+            make = SamplingParams.for_validation if validate else SamplingParams.for_training
+            params = make(self.inputs.rollout, max_new, seed=seed)
+        if self.scorer is None or validate or greedy:
+            return with_responses(prompts, self.engine.generate(list(prompts[PROMPT_IDS]), params), width=max_new)
+        return self._generate_scored(prompts, params, self.scorer)
+
+    def _generate_scored(self, prompts: Batch, params: SamplingParams, scorer: RewardScorer) -> Batch:
+        """The async mode: each response goes to the scorer as it finishes, while the engine goes on with the others;
+        the outcomes ride in the batch's `reward_outcome` (the driver's scoring stage reports and places them)."""
+        n, truths, sources = params.n, ground_truths(prompts), list(prompts[DATA_SOURCE])
+        extras = list(prompts[EXTRA_INFO]) if EXTRA_INFO in prompts else [None] * len(prompts)
+        truth_only = self.inputs.streaming_reward is not None and self.inputs.streaming_reward.truth_only
+
+        with StreamingScorer(scorer, len(prompts) * n) as stream:
+            def finished(i: int, k: int, response: Response) -> None:
+                if rule_scored(truths[i], truth_only):
+                    stream.submit(i * n + k, response.token_ids, sources[i], truths[i], extras[i])
+
+            groups = self.engine.generate(list(prompts[PROMPT_IDS]), params, on_response=finished)
+            outcomes = stream.outcomes()
+        batch = with_responses(prompts, groups, width=self.inputs.max_response_length)
+        return batch.union(Batch(fields={REWARD_OUTCOME: outcomes}))
+
+
+class ColocatedRolloutWorker(RolloutWorker):
+    """Beside the actor (its role in this process, spawned with the actor's handle): its engine ranks follow the
+    actor's tensor-parallel groups, and the engine gives its memory to training between generations (`release`,
+    `resume`)."""
+
+    def __init__(self, inputs: RolloutInputs, actor: ActorWorker):
+        super().__init__(inputs, inputs.train_tp)
+        self.actor = actor.model
+        self.streamer = WeightStreamer(self.actor.named_parameters, hf_converter(self.hf_config), self.placement.slot,
+                                       self.placement.slots,
+                                       pp_group=parallel_state.get_pipeline_model_parallel_group())
+
+    @worker_method()
+    def release(self) -> None:
+        """Give the engine's memory to training."""
+        self.engine.release_memory(MEMORY_TAGS)
 
     @worker_method()
     def resume(self, tags: list[str]) -> None:
@@ -78,28 +150,11 @@ class RolloutWorker(Worker):
             stats = self.streamer.sync(self.engine.load_weights)
         return stats.metrics()
 
-    @worker_method()
-    def join_bridge(self, host: str, port: int, size: int, timeout_s: float) -> None:
-        """On a pool of its own: this rank's end of the weight bridge (the actor's first rank is rank 0 of it)."""
-        self.bridge = WeightBridge(host, port, 1 + dist.get_rank(), size, timeout_s)
-
-    @worker_method(collect=Collect.RANK_ZERO)
-    def receive_weights(self) -> dict[str, float]:
-        """On a pool of its own: the actor's weights over the bridge, this engine rank's slice of each tensor."""
-        start, slot = time.perf_counter(), self.placement.slot
-        for bucket in self.bridge.receive(slot.engine_rank, len(slot.engine_ranks)):
-            self.engine.load_weights(bucket)
-        self.engine.flush_cache()  # its memory stayed: prefixes cached with the old weights would be reused
-        return {"update_weights/receive_s": time.perf_counter() - start}
-
     @worker_method(collect=Collect.RANK_ZERO)
     def restart_engine(self) -> dict[str, float]:
         """After the engine died (EngineDied): stop what is left of it, build it again and give it the actor's
         current weights, on every rank of every engine (the weight stream is collective over the actor's ranks);
         returns the sync's metrics."""
-        if self.inputs.own_pool:
-            raise RuntimeError("a rollout engine on GPUs of its own (rollout.enable_resource_pool) is not restarted "
-                               "after it dies; resume the run from its last checkpoint")
         self.engine.shutdown()  # a dead engine's shutdown ends only what is left of it
         self.engine = self._build_engine()
         self.resume([WEIGHTS])
@@ -107,61 +162,32 @@ class RolloutWorker(Worker):
         self.resume([KV_CACHE])
         return metrics
 
-    def close(self) -> None:
-        self.engine.shutdown()
-        if self.scorer is not None:
-            self.scorer.close()
+
+class PooledRolloutWorker(RolloutWorker):
+    """On GPUs of its own: engines of the rollout's own tensor-parallel size that keep their memory, the weights
+    received over the bridge."""
+
+    def __init__(self, inputs: RolloutInputs):
+        super().__init__(inputs, inputs.rollout.tensor_model_parallel_size)
+        self.engine.resume_memory(MEMORY_TAGS)
+        self.bridge: WeightBridge | None = None
 
     @worker_method()
-    def start_engine_profile(self, directory: str) -> None:
-        """Record the engine's own processes (SGLang's schedulers) until `stop_engine_profile` (trainer.profile_steps)."""
-        self.engine.start_profile(directory)
+    def join_bridge(self, host: str, port: int, size: int, timeout_s: float) -> None:
+        """This rank's end of the weight bridge (the actor's first rank is rank 0 of it)."""
+        self.bridge = WeightBridge(host, port, 1 + dist.get_rank(), size, timeout_s)
 
-    @worker_method()
-    def stop_engine_profile(self) -> None:
-        self.engine.stop_profile()
+    @worker_method(collect=Collect.RANK_ZERO)
+    def receive_weights(self) -> dict[str, float]:
+        """The actor's weights over the bridge, this engine rank's slice of each tensor."""
+        if self.bridge is None:
+            raise RuntimeError("receive_weights before join_bridge: the bridge has no end here yet")
+        start, slot = time.perf_counter(), self.placement.slot
+        for bucket in self.bridge.receive(slot.engine_rank, len(slot.engine_ranks)):
+            self.engine.load_weights(bucket)
+        self.engine.flush_cache()  # its memory stayed: prefixes cached with the old weights would be reused
+        return {"update_weights/receive_s": time.perf_counter() - start}
 
     @worker_method()
     def idle(self) -> None:
         """Nothing: the call returns once every call sent to the rollout ranks before it has run."""
-
-    @worker_method()
-    def release(self) -> None:
-        """Give the engine's memory to training."""
-        self.engine.release_memory(MEMORY_TAGS)
-
-    @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
-    def generate(self, prompts: Batch, validate: bool = False, greedy: bool = False,
-                 seed: int | None = None) -> Batch | None:
-        """Responses to this engine's share of `prompts` (`prompt_ids` column): rollout.n each, the validation
-        sampling of rollout.val_kwargs (`validate`), or one greedy response each (`greedy`: ReMax's baseline)."""
-        if not self.engine.is_owner:
-            return None
-        max_new = self.inputs.max_response_length
-        # Engines sample different prompts; distinct seeds keep their random streams apart too.
-        seed = None if seed is None else seed + 100_003 * self.placement.slot.engine
-        if greedy:
-            params = SamplingParams(n=1, temperature=0.0, max_new_tokens=max_new)
-        else:
-            make = SamplingParams.for_validation if validate else SamplingParams.for_training
-            params = make(self.inputs.rollout, max_new, seed=seed)
-        if self.scorer is None or validate or greedy:
-            return with_responses(prompts, self.engine.generate(list(prompts["prompt_ids"]), params), width=max_new)
-        return self._generate_scored(prompts, params)
-
-    def _generate_scored(self, prompts: Batch, params: SamplingParams) -> Batch:
-        """The async mode: each response goes to the scorer as it finishes, while the engine goes on with the others;
-        the outcomes ride in the batch's `reward_outcome` (the driver's scoring stage reports and places them)."""
-        n, truths, sources = params.n, ground_truths(prompts), list(prompts["data_source"])
-        extras = list(prompts["extra_info"]) if "extra_info" in prompts else [None] * len(prompts)
-        truth_only = self.inputs.streaming_reward.truth_only
-
-        with StreamingScorer(self.scorer, len(prompts) * n) as stream:
-            def finished(i: int, k: int, response: Response) -> None:
-                if rule_scored(truths[i], truth_only):
-                    stream.submit(i * n + k, response.token_ids, sources[i], truths[i], extras[i])
-
-            groups = self.engine.generate(list(prompts["prompt_ids"]), params, on_response=finished)
-            outcomes = stream.outcomes()
-        batch = with_responses(prompts, groups, width=self.inputs.max_response_length)
-        return batch.union(Batch(fields={REWARD_OUTCOME: outcomes}))

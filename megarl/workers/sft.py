@@ -13,16 +13,15 @@ from megarl.models.checkpoint import copy_hf_metadata
 from megarl.models.export import write_hf_checkpoint
 from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
 from megarl.models.roles import build_actor
-from megarl.workers import join_mesh
-from megarl.workers.columns import response_values, sequences
+from megarl.workers import OneModelWorker, join_mesh
+from megarl.workers.sequences import response_values, sequences
 from megarl.workers.inputs import SFTInputs
 from megarl.workers.updates import pack_groups, reduce_metrics
 from parallel.batch import Batch
 from parallel.dispatch import Collect, Dispatch, worker_method
-from parallel.worker import Worker
 
 
-class SFTWorker(Worker):
+class SFTWorker(OneModelWorker):
     def __init__(self, inputs: SFTInputs):
         join_mesh(inputs.model)
         self.inputs = inputs
@@ -32,7 +31,7 @@ class SFTWorker(Worker):
     def _micro_batches(self, seqs: list[torch.Tensor]) -> list[list[int]]:
         return self.inputs.micro.split([len(s) for s in seqs])
 
-    @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
+    @worker_method(Dispatch.DP_SPLIT, Collect.AGREED)
     def train_batch(self, batch: Batch) -> dict[str, float]:
         """One optimizer step over the global batch (`prompt_ids`, `responses`, `response_mask`; this rank's
         part in micro-batches): the loss is the mean NLL over every response token of the global batch. Returns
@@ -68,7 +67,7 @@ class SFTWorker(Worker):
         tensors = self.model.export_hf()
         if dist.get_rank() == 0:
             write_hf_checkpoint(tensors, out_dir)
-            copy_hf_metadata(self.inputs.model.path, out_dir)
+            copy_hf_metadata(self.inputs.model.directory, out_dir)
             if self.inputs.tokenizer_path:
                 tokenizer = AutoTokenizer.from_pretrained(self.inputs.tokenizer_path,
                                                           trust_remote_code=self.inputs.trust_remote_code)

@@ -16,8 +16,9 @@ import torch.distributed as dist
 from megatron.core import parallel_state
 
 from megarl.algorithms import token_weights
+from megarl.columns import RESPONSE_MASK
 from megarl.models.packing import PackedBatch, pack_micro_batches
-from megarl.workers.columns import at_next_token_positions, sequences
+from megarl.workers.sequences import at_next_token_positions, sequences
 from megarl.workers.inputs import UpdateSchedule
 from parallel.batch import Batch
 
@@ -27,7 +28,7 @@ def pack_mini_batch(part: Batch, fields: dict[str, torch.Tensor], update: Update
     """Micro-batches of `part` packed for this context-parallel rank, with token fields `fields` ([B, R] each),
     `mask` (the response mask, or the given one: fewer tokens in the loss), `weights` (under the update's
     loss-aggregation mode) and `token_mean` (for metrics); and the mini-batch's global count of loss tokens."""
-    mask = part["response_mask"] if mask is None else mask
+    mask = part[RESPONSE_MASK] if mask is None else mask
     counts = torch.stack([mask.sum(), (mask.sum(-1) > 0).sum().float()]).to(device)
     dist.all_reduce(counts, group=parallel_state.get_data_parallel_group())
     tokens, sequence_count = counts.tolist()

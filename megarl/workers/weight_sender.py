@@ -1,6 +1,6 @@
-"""The actor's side of the weight bridge (parallel/bridge.py) to rollout engines on GPUs of their own: every rank of
-the actor streams its weights as full HF tensors through the reshard layer (gathered within tensor-parallel groups,
-broadcast across pipeline stages); the actor's first rank sends them over the bridge, bucket by bucket."""
+"""The actor's side of the weight bridge (parallel/weight_bridge.py) to rollout engines on GPUs of their own: every
+rank of the actor streams its weights as full HF tensors through the reshard layer (gathered within tensor-parallel
+groups, broadcast across pipeline stages); the actor's first rank sends them over the bridge, bucket by bucket."""
 
 from __future__ import annotations
 
@@ -12,20 +12,22 @@ from megatron.core import parallel_state
 
 from megarl.models.bridge import load_hf_config
 from megarl.models.to_hf import hf_converter
+from megarl.workers.actor import ActorWorker
 from parallel import topology
-from parallel.bridge import WeightBridge
+from parallel.weight_bridge import WeightBridge
 from parallel.dispatch import Collect, worker_method
 from parallel.engines import engine_slots
 from parallel.reshard import WeightStreamer
-from parallel.worker import Worker, colocated
+from parallel.worker import Worker
 
 
 class WeightSenderWorker(Worker):
-    def __init__(self, model_path: str, train_tp: int, actor_role: str = "actor"):
-        self.actor = actor = colocated(actor_role).model
+    def __init__(self, model_path: str, train_tp: int, actor: ActorWorker):
+        """`actor`: the actor's role in this process (spawned with its handle)."""
+        self.actor = actor.model
         # Slots of one-GPU engines: each rank's holds the full tensors, gathered within its tensor-parallel group.
         slots = engine_slots(dist.get_world_size(), train_tp, 1)
-        self.streamer = WeightStreamer(actor.named_parameters, hf_converter(load_hf_config(model_path)),
+        self.streamer = WeightStreamer(self.actor.named_parameters, hf_converter(load_hf_config(model_path)),
                                        slots[dist.get_rank()], slots,
                                        pp_group=parallel_state.get_pipeline_model_parallel_group())
         self.bridge: WeightBridge | None = None

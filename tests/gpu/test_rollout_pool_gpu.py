@@ -1,5 +1,5 @@
 """GPU (nvidia-h200-x2): SGLang engines on a GPU of their own (`rollout.enable_resource_pool`, Ray), the actor on the
-other; the weights cross over the bridge's NCCL group (parallel/bridge.py). The tiny model, randomly initialised,
+other; the weights cross over the bridge's NCCL group (parallel/weight_bridge.py). The tiny model, randomly initialised,
 trains three steps at a high learning rate on a reward that varies with the response, so every step moves the
 weights.
 

@@ -11,7 +11,7 @@ import torch
 from megarl.config.schema import MegatronConfig, OptimConfig
 from megarl.models.packing import pack_sequences
 from megarl.models.roles import build_actor
-from parallel import topology
+from parallel import cpu_compat, topology
 
 
 def grad_storage_bytes(actor) -> int:
@@ -20,6 +20,7 @@ def grad_storage_bytes(actor) -> int:
 
 def main():
     model_dir, out = sys.argv[1], sys.argv[2]
+    cpu_compat.enable()  # a CPU test: megatron through the CPU shim
     topology.init_distributed(timeout_s=120)
     topology.init_model_parallel()
     optim = OptimConfig(lr=1e-3, weight_decay=0.0)

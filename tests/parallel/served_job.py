@@ -42,12 +42,12 @@ def main():
     with start_cluster([PoolSpec("main", (2,)), PoolSpec("served", (1,))], "torchrun", timeout_s=60) as cluster:
         served = cluster["served"].spawn("served", Served)
         driver = cluster["main"].spawn("driver", Driver)
-        where = served.where()
-        in_flight = served.slow.submit(2.0)
-        driver_time = driver.now()[0]  # runs while the served rank sleeps
+        where = served.call(Served.where)
+        in_flight = served.submit(Served.slow, 2.0)
+        driver_time = driver.call(Driver.now)[0]  # runs while the served rank sleeps
         served_done = in_flight.result()[0]
         try:
-            served.fail()
+            served.call(Served.fail)
             error = None
         except WorkerError as e:
             error = {"role": e.role, "method": e.method, "rank": e.rank, "cause": e.cause}

@@ -36,7 +36,7 @@ def main():
         if args.fail_rank is not None:
             start = time.monotonic()
             try:
-                actor.fail_on(args.fail_rank, args.fail_how)
+                actor.call(TinyStepWorker.fail_on, args.fail_rank, args.fail_how)
                 result = {"error": None}
             except WorkerError as e:
                 result = {"error": str(e), "role": e.role, "rank": e.rank, "seconds": time.monotonic() - start}
@@ -45,12 +45,12 @@ def main():
             lengths = torch.tensor([12, 7, 9, 5])
             input_ids = (torch.arange(4 * 12).reshape(4, 12) * 7 + 3) % 120
             batch = Batch({"input_ids": input_ids, "lengths": lengths}, {"uid": ["a", "b", "c", "d"]})
-            out = actor.step(batch)
-            all_reduced, workers = actor.all_reduce(), actor.describe()
-            bus_bandwidth = actor.all_reduce_bus_bandwidth() if torch.cuda.is_available() else None
+            out = actor.call(TinyStepWorker.step, batch)
+            all_reduced, workers = actor.call(TinyStepWorker.all_reduce), actor.call(TinyStepWorker.describe)
+            bus_bandwidth = actor.call(TinyStepWorker.all_reduce_bus_bandwidth) if torch.cuda.is_available() else None
             # A second role in the same processes shares their megatron mesh; one that wants another cannot.
             reference = cluster["main"].spawn("reference", TinyStepWorker, args.model_dir, 2)
-            colocated = reference.logprobs(batch)["logprobs"].tolist()
+            colocated = reference.call(TinyStepWorker.logprobs, batch)["logprobs"].tolist()
             try:
                 cluster["main"].spawn("critic", TinyStepWorker, args.model_dir, 1)
                 other_mesh_error = None

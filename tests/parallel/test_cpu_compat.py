@@ -28,3 +28,21 @@ def test_shim_makes_megatrons_cuda_calls_cpu_safe():
     proc = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
 
+
+# A process that joins a process group without a launcher's placing it on CPU keeps torch's and megatron's own.
+NOT_BY_INIT = """
+import torch
+from megatron.core.optimizer import optimizer
+own = (torch.cuda.empty_cache, optimizer.clip_grad_by_total_norm_fp32)
+from parallel import topology
+topology.init_distributed()
+assert (torch.cuda.empty_cache, optimizer.clip_grad_by_total_norm_fp32) == own
+print("ok")
+"""
+
+
+def test_joining_a_process_group_patches_nothing():
+    proc = subprocess.run([sys.executable, "-c", NOT_BY_INIT], capture_output=True, text=True, timeout=120,
+                          cwd=REPO_ROOT)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
+

@@ -79,3 +79,16 @@ def test_layouts_need_one_leader_per_dp_rank():
         check_layouts([RankLayout(0, 2, True), RankLayout(0, 2, True), RankLayout(1, 2, False)])
     with pytest.raises(ValueError, match="disagree"):
         check_layouts([RankLayout(0, 1, True), RankLayout(0, 2, True)])
+
+
+def test_agreed_results_come_back_once_and_must_agree():
+    class Update:
+        @worker_method(Dispatch.DP_SPLIT, Collect.AGREED)
+        def step(self, batch): ...
+    spec = method_spec(Update, "step")
+    assert wanted_ranks(spec, LAYOUTS) == [True, False, True, False]  # the leaders hold the reduced result
+    nan = float("nan")
+    assert collect_results(spec, LAYOUTS, [{"loss": 1.5}, None, {"loss": 1.5}, None]) == {"loss": 1.5}
+    assert collect_results(spec, LAYOUTS, [{"loss": nan}, None, {"loss": nan}, None]).keys() == {"loss"}
+    with pytest.raises(ValueError, match="data-parallel ranks 0 and 1 returned different values"):
+        collect_results(spec, LAYOUTS, [{"loss": 1.5}, None, {"loss": 2.5}, None])

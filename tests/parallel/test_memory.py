@@ -107,7 +107,6 @@ class Resumes(Worker):
 def test_a_workers_call_samples_what_it_holds_as_it_returns(monkeypatch):
     device = [10]
     monkeypatch.setattr(memory, "_SAMPLER", MemorySampler(lambda: device[0], lambda: 1))
-    monkeypatch.setattr(worker, "_HOST", None)  # the host below registers itself as this process's; put back after
     memory._SAMPLER.sample()
     host = WorkerHost(0, 1)
     host.add_role("rollout", Resumes, (device,), {})

@@ -8,8 +8,9 @@ import time
 import torch
 import torch.distributed as dist
 
-from parallel import topology
+from parallel import cpu_compat, topology
 
+cpu_compat.enable()  # a CPU test: megatron through the CPU shim
 topology.init_distributed(timeout_s=3)
 if dist.get_rank() == 1:
     time.sleep(8)

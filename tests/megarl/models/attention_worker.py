@@ -12,8 +12,9 @@ from megatron.core.transformer import TransformerConfig
 
 from megarl.models.attention import SDPAttention
 from megarl.models.packing import pack_sequences
-from parallel import topology
+from parallel import cpu_compat, topology
 
+cpu_compat.enable()  # a CPU test: megatron through the CPU shim
 topology.init_distributed()
 topology.init_model_parallel()
 HEADS, KV_HEADS, HEAD_DIM, LENGTHS = 4, 2, 16, [5, 1, 9, 3]

@@ -18,7 +18,7 @@ from mbridge.utils.post_creation_callbacks import make_value_model
 from megatron.core.utils import unwrap_model
 
 from megarl.models.bridge import export_hf_weights, make_bridge
-from parallel import topology
+from parallel import cpu_compat, topology
 
 
 def build(model_dir: str, value_head: bool):
@@ -44,6 +44,7 @@ def main():
     parser.add_argument("--pp", type=int, default=1)
     parser.add_argument("--te-installed", action="store_true")
     args = parser.parse_args()
+    cpu_compat.enable()  # a CPU test: megatron through the CPU shim
     if args.te_installed:
         for name, module in list(sys.modules.items()):
             if name.startswith("megarl.") and hasattr(module, "transformer_engine_available"):

@@ -23,7 +23,7 @@ from megarl.config.schema import MegatronConfig, OptimConfig
 from megarl.models.checkpoint import load_training_checkpoint, save_model_checkpoint, save_training_checkpoint
 from megarl.models.packing import pack_sequences
 from megarl.models.roles import build_actor, build_critic
-from parallel import topology
+from parallel import cpu_compat, topology
 
 SEQS = [torch.arange(3, 12), torch.arange(20, 27), torch.arange(40, 53)]
 
@@ -43,6 +43,7 @@ def weights_after_step(role) -> dict:
 def main():
     mode, source, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     tp = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+    cpu_compat.enable()  # a CPU test: megatron through the CPU shim
     topology.init_distributed(timeout_s=120)
     topology.init_model_parallel(tp=tp)
     megatron = MegatronConfig(tensor_model_parallel_size=tp)

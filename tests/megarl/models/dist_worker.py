@@ -19,7 +19,7 @@ from megarl.config.schema import MegatronConfig, OptimConfig
 from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
 from megarl.models.packing import pack_sequences
 from megarl.models.roles import build_actor, build_critic, build_reference
-from parallel import topology
+from parallel import cpu_compat, topology
 
 BASE_LENGTHS = (9, 14, 6, 11, 8, 13, 7, 10)
 PROMPT = 3
@@ -82,6 +82,7 @@ def main():
     args = parser.parse_args()
     model_dir, out, tp, pp, cp, bf16 = args.model_dir, args.out, args.tp, args.pp, args.cp, args.bf16
     lengths = [n * args.length_scale for n in BASE_LENGTHS]
+    cpu_compat.enable()  # a CPU test: megatron through the CPU shim
     topology.init_distributed(timeout_s=300)
     topology.init_model_parallel(tp=tp, pp=pp, cp=cp, seed=7)
     megatron = MegatronConfig(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp)

@@ -17,7 +17,7 @@ from megatron.core import parallel_state
 from megarl.config.schema import LoRAConfig, MegatronConfig, OptimConfig
 from megarl.models.checkpoint import load_training_checkpoint, save_training_checkpoint
 from megarl.models.roles import build_actor
-from parallel import topology
+from parallel import cpu_compat, topology
 from tests.megarl.models.dist_worker import layout_parser, my_micro_batches, packed, response_masks, sequences
 
 LENGTHS = (9, 14, 6, 11, 8, 13, 7, 10)
@@ -82,6 +82,7 @@ def main():
     parser = layout_parser()
     parser.add_argument("--checkpoint", default=None)
     args = parser.parse_args()
+    cpu_compat.enable()  # a CPU test: megatron through the CPU shim
     topology.init_distributed(timeout_s=300)
     topology.init_model_parallel(tp=args.tp, pp=args.pp, cp=args.cp)
     torch.manual_seed(0)

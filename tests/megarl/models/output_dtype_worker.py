@@ -13,9 +13,10 @@ from megarl.models.forward import run_forward
 from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
 from megarl.models.packing import pack_micro_batches
 from megarl.models.roles import build_reference
-from parallel import topology
+from parallel import cpu_compat, topology
 from tests.helpers import make_model
 
+cpu_compat.enable()  # a CPU test: megatron through the CPU shim
 topology.init_distributed()
 topology.init_model_parallel()
 with tempfile.TemporaryDirectory() as tmp:
@@ -32,7 +33,7 @@ def per_token(logits, batch):
     return {"difference": (logprobs - upcast).abs()}
 
 
-results = run_forward(reference.chunks, pack_micro_batches(sequences, [[0, 1], [2]]), per_token)
+results = run_forward(reference.chunks, pack_micro_batches(sequences, [[0, 1], [2]]), per_token, reference.blocks)
 difference = max(d.max().item() for result in results for d in result["difference"])
 print(json.dumps({"dtypes": dtypes, "difference": difference}))
 topology.destroy()

@@ -12,8 +12,9 @@ from megatron.core.transformer import TransformerConfig
 from megarl.models.attention import SDPAttention
 from megarl.models.packing import pack_sequences
 from megarl.models.qk_norm import QKNormFloat32Out
-from parallel import topology
+from parallel import cpu_compat, topology
 
+cpu_compat.enable()  # a CPU test: megatron through the CPU shim
 topology.init_distributed()
 topology.init_model_parallel()
 HEADS, HEAD_DIM, LENGTHS = 4, 128, [700, 1348]

@@ -14,8 +14,9 @@ from dataclasses import replace
 
 from megarl.models.packing import pack_sequences
 from megarl.models.spec import layer_spec
-from parallel import topology
+from parallel import cpu_compat, topology
 
+cpu_compat.enable()  # a CPU test: megatron through the CPU shim
 topology.init_distributed()
 topology.init_model_parallel()
 LENGTHS, HEADS, KV_HEADS, HEAD_DIM = [7, 1, 12, 4], 4, 2, 16

@@ -11,7 +11,7 @@ from tests.helpers import worker_result
 
 def test_the_cache_is_emptied_only_before_a_pass_it_does_not_fit(monkeypatch):
     emptied = []
-    monkeypatch.setattr(forward, "_cache_shaped_for", None)
+    blocks = forward.CachedBlocks()
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(True))
     passes = [(("actor", True), 100, True),     # the first pass
               (("actor", True), 90, False),     # the same model and kind, smaller: fits in the last one's blocks
@@ -21,7 +21,7 @@ def test_the_cache_is_emptied_only_before_a_pass_it_does_not_fit(monkeypatch):
               (("critic", False), 50, True)]    # another model
     for kind, tokens, empties in passes:
         before = len(emptied)
-        forward._release_cached_blocks(kind, tokens)
+        blocks.before_pass(kind, tokens)
         assert len(emptied) - before == empties, (kind, tokens)
 
 

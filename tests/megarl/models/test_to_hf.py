@@ -23,7 +23,8 @@ def megatron_and_hf(model_dir):
 
     out = model_dir.parent / "params.pt"
     code = (
-        "import sys, torch; from parallel import topology; topology.init_distributed(); topology.init_model_parallel();"
+        "import sys, torch; from parallel import cpu_compat, topology; cpu_compat.enable();"
+        "topology.init_distributed(); topology.init_model_parallel();"
         "from megarl.models.roles import build_reference; from megarl.config.schema import MegatronConfig;"
         f"r = build_reference({str(model_dir)!r}, MegatronConfig());"
         f"torch.save(dict(r.named_parameters()), {str(out)!r})"

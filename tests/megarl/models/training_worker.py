@@ -11,7 +11,7 @@ from megarl.config.schema import MegatronConfig, OptimConfig
 from megarl.models.packing import pack_sequences
 from megarl.models.roles import build_actor
 from megarl.workers.updates import reduce_metrics
-from parallel import topology
+from parallel import cpu_compat, topology
 
 
 def grad_buffers(model_dir: str, optim: OptimConfig) -> dict:
@@ -31,6 +31,7 @@ def grad_buffers(model_dir: str, optim: OptimConfig) -> dict:
 
 def main():
     model_dir, out = sys.argv[1], sys.argv[2]
+    cpu_compat.enable()  # a CPU test: megatron through the CPU shim
     topology.init_distributed(timeout_s=120)
     topology.init_model_parallel()
     optim = OptimConfig(lr=1e-3, min_lr=1e-4, lr_warmup_steps=2, lr_decay_style="cosine", weight_decay=0.0)

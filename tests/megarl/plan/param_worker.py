@@ -13,7 +13,7 @@ from megatron.core.utils import unwrap_model
 
 from megarl.config.schema import MegatronConfig
 from megarl.models.roles import build_frozen
-from parallel import topology
+from parallel import cpu_compat, topology
 
 LAYOUTS = ((1, 1), (2, 1), (1, 2))  # (tp, pp) over 2 ranks
 
@@ -28,6 +28,7 @@ def rank_parameters(model_dir: str, tp: int, pp: int, value_head: bool) -> list[
 
 
 def main(out: str, model_dirs: list[str]) -> None:
+    cpu_compat.enable()  # a CPU test: megatron through the CPU shim
     topology.init_distributed()
     results: dict = {d: {} for d in model_dirs}
     for tp, pp in LAYOUTS:

@@ -17,7 +17,7 @@ from megarl.models.roles import build_actor
 from megarl.models.to_hf import AttentionShape, megatron_to_hf
 from megarl.rollout import SamplingParams
 from megarl.rollout.transformers_engine import TransformersEngine
-from parallel import topology
+from parallel import cpu_compat, topology
 from parallel.engines import place_engines
 from parallel.reshard import WeightStreamer
 
@@ -32,6 +32,7 @@ def main():
     parser.add_argument("--bucket-bytes", type=int, default=4096)
     args = parser.parse_args()
 
+    cpu_compat.enable()  # a CPU test: megatron through the CPU shim
     topology.init_distributed(timeout_s=120)
     topology.init_model_parallel(tp=args.tp, pp=args.pp)
     megatron = MegatronConfig(tensor_model_parallel_size=args.tp, pipeline_model_parallel_size=args.pp)

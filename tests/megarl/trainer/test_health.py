@@ -7,7 +7,8 @@ import sys
 import pytest
 
 from megarl.config import load_config
-from megarl.trainer.health import HealthMonitor
+from megarl.config.schema import HEALTH_CHECKS
+from megarl.trainer.health import CHECKS, HealthMonitor
 from tests.helpers import overrides, read_metrics, run_command
 
 
@@ -73,6 +74,10 @@ def test_checks_are_off_with_enable_false_and_stop_on_names_known_checks():
     assert health(1, {"actor/grad_norm": 1e9}) == {} and not said
     with pytest.raises(Exception, match=r"trainer.health.stop_on='grad' is not one of: ppo_kl, grad_norm"):
         load_config(overrides=["trainer.health.stop_on=[grad]"])
+
+
+def test_stop_on_takes_the_names_of_the_checks_that_run():
+    assert tuple(CHECKS) == HEALTH_CHECKS
 
 
 def test_a_collapsing_run_warns_and_stops_with_its_checkpoint(setup, tmp_path):

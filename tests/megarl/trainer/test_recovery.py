@@ -9,6 +9,11 @@ after the restart stops the run with one line naming the cause."""
 import subprocess
 import sys
 
+import pytest
+
+from megarl.trainer.recovery import EngineFailure, RecoveringRollout
+from parallel.batch import Batch
+from parallel.controller import Pending, WorkerError
 from parallel.topology import free_port
 from tests.helpers import ENV, REPO_ROOT, WALL_CLOCK, overrides, read_metrics
 
@@ -72,3 +77,34 @@ def test_an_engine_that_dies_again_stops_the_run_with_the_cause(setup, tmp_path)
         "error: the rollout engine died again during generate right after a restart: "
         "test: the engine dies at generate call 2")
     assert "restarting it with the actor's current weights" in run.stdout + run.stderr
+
+
+class ScriptedHandle:
+    """The colocated rollout's handle in miniature: `generate` raises the engine's death `deaths` times."""
+
+    def __init__(self, deaths: int):
+        self.deaths, self.calls = deaths, []
+
+    def call(self, method, *args, **kwargs):
+        self.calls.append(method.__name__)
+        if method.__name__ == "restart_engine":
+            return {"update_weights/stream_s": 0.5}
+        if method.__name__ == "generate" and self.deaths:
+            self.deaths -= 1
+            raise WorkerError("rollout", "generate", 1, "here", "Traceback ...\n"
+                              "megarl.rollout.base.EngineDied: the scheduler died")
+        return f"{method.__name__} done"
+
+    def submit(self, method, *args, **kwargs):
+        return Pending(lambda: self.call(method, *args, **kwargs))
+
+
+def test_a_generation_in_flight_recovers_as_a_call_does():
+    told = []
+    rollout = RecoveringRollout(ScriptedHandle(deaths=1), told.append)
+    assert rollout.generate_async(Batch()).result() == "generate done"
+    assert rollout.handle.calls == ["generate", "restart_engine", "generate"] and rollout.restarts == 1
+    assert told == ["rollout engine died during generate on rank 1 (the scheduler died); restarting it with the "
+                    "actor's current weights and running the call again"]
+    with pytest.raises(EngineFailure, match="died again during generate right after a restart: the scheduler died"):
+        RecoveringRollout(ScriptedHandle(deaths=2), told.append).generate(Batch())

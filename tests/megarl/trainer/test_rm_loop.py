@@ -95,7 +95,8 @@ MEGATRON_SCORES = """
 import json, sys, torch
 from megarl.config.schema import MegatronConfig, OptimConfig
 from megarl.models.roles import build_critic
-from parallel import topology
+from parallel import cpu_compat, topology
+cpu_compat.enable()
 topology.init_distributed()
 topology.init_model_parallel()
 critic = build_critic(sys.argv[1], MegatronConfig(), OptimConfig(), total_steps=1, seed=123)

@@ -1,6 +1,6 @@
 """Rollout engines on a pool of their own (`rollout.enable_resource_pool`, Ray and torchrun on CPU): the actor's
-weights reach them over the bridge (parallel/bridge.py; tests/parallel/test_bridge.py cuts them for tensor-parallel
-engines), and each engine forgets what it cached from the old weights. In turn (`trainer.staleness=0`) the run trains exactly as with
+weights reach them over the bridge (parallel/weight_bridge.py; tests/parallel/test_weight_bridge.py cuts them for
+tensor-parallel engines), and each engine forgets what it cached from the old weights. In turn (`trainer.staleness=0`) the run trains exactly as with
 the engines beside the actor; a step ahead (`trainer.staleness=1`) step t trains on responses of the weights before
 step t − 1, and a resumed run sends the prompts that were in flight again."""
 
@@ -10,7 +10,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
-from megarl.trainer.loop import Roles, timed
+from megarl.trainer.phases import timed
+from megarl.trainer.weight_sync import BridgeSync
 from parallel.topology import free_port
 from tests.helpers import ENV, overrides, read_metrics, run_command
 
@@ -97,22 +98,25 @@ class Call:
 
 
 class Ranks:
-    """Worker handles in miniature: one thread runs a role's calls in the order they come, as a worker rank does."""
+    """Worker groups in miniature: one thread runs a role's calls in the order they come, as a worker rank does;
+    `NAME_async` is the call in flight."""
 
     def __init__(self, **methods):
         pool = ThreadPoolExecutor(1)
         for name, method in methods.items():
-            setattr(self, name, Call(pool, method))
+            call = Call(pool, method)
+            setattr(self, name, call)
+            setattr(self, f"{name}_async", call.submit)
 
 
 def test_the_sync_after_a_generation_in_flight_times_its_wait_apart():
     rollout = Ranks(generate=lambda: time.sleep(0.5), idle=lambda: None,
                     receive_weights=lambda: {"update_weights/receive_s": 0.01})
     sender = Ranks(send_weights=lambda: {"update_weights/stream_s": 0.01})
-    roles = Roles(actor=None, rollout=rollout, sender=sender)
-    rollout.generate.submit()  # the next step's generation, ahead
+    weights = BridgeSync(rollout, sender)
+    rollout.generate_async()  # the next step's generation, ahead
     metrics = {}
-    metrics.update(roles.sync_weights(partial(timed, metrics)))
+    metrics.update(weights.sync(partial(timed, metrics)))
     assert metrics["timing_s/sync_wait"] >= 0.4 and metrics["timing_s/update_weights"] < 0.2
     assert metrics["update_weights/receive_s"] == 0.01
 

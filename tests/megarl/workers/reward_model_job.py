@@ -13,7 +13,7 @@ from transformers import AutoModelForSequenceClassification
 
 from megarl.config.schema import MegatronConfig
 from megarl.models.roles import build_reward_model
-from parallel import topology
+from parallel import cpu_compat, topology
 
 LENGTHS = (9, 14, 6, 11)
 
@@ -24,6 +24,7 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--tp", type=int, default=1)
     args = parser.parse_args()
+    cpu_compat.enable()  # a CPU test: megatron through the CPU shim
     topology.init_distributed()
     topology.init_model_parallel(args.tp)
     model = build_reward_model(args.model_dir, MegatronConfig(tensor_model_parallel_size=args.tp))

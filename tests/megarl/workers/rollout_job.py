@@ -24,10 +24,11 @@ def main():
     from megarl.placement import MAIN_POOL, start_workers
     from megarl.rollout.batch import prompt_batch
     from megarl.rollout.gates import logprob_agreement
-    from megarl.trainer.loop import Roles
+    from megarl.trainer.weight_sync import ColocatedSync
     from megarl.workers.actor import ActorWorker
+    from megarl.workers.groups import ActorGroup, ColocatedRolloutGroup
     from megarl.workers.inputs import role_inputs
-    from megarl.workers.rollout import RolloutWorker
+    from megarl.workers.rollout import ColocatedRolloutWorker
 
     cfg = load_config(overrides=[
         f"model.path={args.model_dir}", "rollout.name=transformers", "algorithm.adv_estimator=grpo", "rollout.n=2",
@@ -38,9 +39,10 @@ def main():
     ])
     with start_workers(cfg) as cluster:
         inputs = role_inputs(cfg, total_steps=1)
-        actor = cluster[MAIN_POOL].spawn("actor", ActorWorker, inputs.actor)
-        rollout = cluster[MAIN_POOL].spawn("rollout", RolloutWorker, inputs.rollout)
-        sync = Roles(actor, rollout).sync_weights()
+        actor = ActorGroup(cluster[MAIN_POOL].spawn("actor", ActorWorker, inputs.actor))
+        rollout = ColocatedRolloutGroup(cluster[MAIN_POOL].spawn("rollout", ColocatedRolloutWorker, inputs.rollout,
+                                                                 actor.handle))
+        sync = ColocatedSync(rollout).sync()
         prompts = prompt_batch({"prompt_ids": [[5, 17, 33, 2, 9], [40, 41, 42], [7, 8], [99, 3, 4, 5]],
                                 "data_source": ["a", "b", "c", "d"]})
         out = rollout.generate(prompts, seed=7)
@@ -48,7 +50,7 @@ def main():
         greedy = rollout.generate(prompts, validate=True)
         rollout.release()
         result = {
-            "launcher": cluster.launcher, "engines": rollout.dp_size, "sync_metrics": sorted(sync),
+            "launcher": cluster.launcher, "engines": rollout.handle.dp_size, "sync_metrics": sorted(sync),
             "uid": list(out["uid"]), "data_source": list(out["data_source"]),
             "responses": out["responses"].tolist(), "response_mask": out["response_mask"].tolist(),
             "finish_reason": list(out["finish_reason"]), **logprob_agreement(

@@ -32,6 +32,7 @@ def main():
     from megarl.rollout.batch import prompt_batch, with_responses
     from megarl.workers.actor import ActorWorker
     from megarl.workers.critic import CriticWorker
+    from megarl.workers.groups import ActorGroup, CriticGroup, ReferenceGroup
     from megarl.workers.inputs import actor_inputs, critic_inputs, reference_inputs
     from megarl.workers.reference import ReferenceWorker
     from parallel.batch import Batch
@@ -54,20 +55,22 @@ def main():
     generator = torch.Generator().manual_seed(0)
     advantages = torch.randn(batch["responses"].shape, generator=generator) * batch["response_mask"]
     with start_workers(cfg) as cluster:
-        actor = cluster[MAIN_POOL].spawn("actor", ActorWorker, actor_inputs(cfg, total_steps=1))
-        reference = cluster[MAIN_POOL].spawn("reference", ReferenceWorker, reference_inputs(cfg))
-        critic = cluster[MAIN_POOL].spawn("critic", CriticWorker, critic_inputs(cfg, total_steps=1))
+        actor = ActorGroup(cluster[MAIN_POOL].spawn("actor", ActorWorker, actor_inputs(cfg, total_steps=1)))
+        reference = ReferenceGroup(cluster[MAIN_POOL].spawn("reference", ReferenceWorker, reference_inputs(cfg),
+                                                            actor.handle))
+        critic = CriticGroup(cluster[MAIN_POOL].spawn("critic", CriticWorker, critic_inputs(cfg, total_steps=1),
+                                                      actor.handle))
         batch = batch.union(actor.compute_log_prob(batch))
         ref_log_prob = reference.compute_ref_log_prob(batch)["ref_log_prob"]
         batch = batch.union(Batch({"advantages": advantages,
                                    "ref_log_prob": batch["old_log_probs"] - 0.05 * batch["response_mask"]}))
         if args.correction:
             batch = batch.union(corrected(batch, args.correction))
-        metrics = actor.update_actor(batch)[0]
+        metrics = actor.update_actor(batch)
         after = actor.compute_log_prob(batch)["old_log_probs"]
         values = critic.compute_values(batch)["values"]
         returns = torch.randn(values.shape, generator=generator) * batch["response_mask"]
-        critic_metrics = critic.update_critic(batch.union(Batch({"values": values, "returns": returns})))[0]
+        critic_metrics = critic.update_critic(batch.union(Batch({"values": values, "returns": returns})))
         values_after = critic.compute_values(batch)["values"]
         if dist.get_rank() == 0:
             with open(args.out, "w") as f:

@@ -1,6 +1,6 @@
 import torch
 
-from megarl.workers.columns import at_next_token_positions, response_values, sequences
+from megarl.workers.sequences import at_next_token_positions, response_values, sequences
 from tests.helpers import responses_batch
 
 

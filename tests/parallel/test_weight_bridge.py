@@ -6,7 +6,7 @@ import multiprocessing
 
 import torch
 
-from parallel.bridge import WeightBridge
+from parallel.weight_bridge import WeightBridge
 from parallel.topology import free_port
 
 BUCKETS = [[("q.weight", torch.arange(24.0).reshape(6, 4), 0), ("norm.weight", torch.ones(4), None)],
