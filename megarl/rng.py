@@ -5,10 +5,12 @@ and initialisation) where one is set up."""
 from __future__ import annotations
 
 import random
+import sys
 
 import numpy as np
 import torch
-from megatron.core.tensor_parallel.random import get_cuda_rng_tracker
+
+MEGATRON_RNG = "megatron.core.tensor_parallel.random"
 
 
 def capture() -> dict:
@@ -21,8 +23,8 @@ def capture() -> dict:
     }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state().tolist()
-    tracker = get_cuda_rng_tracker()
-    if tracker.is_initialized():
+    tracker = _megatron_tracker()
+    if tracker is not None and tracker.is_initialized():
         state["megatron"] = {name: s.tolist() for name, s in tracker.get_states().items()}
     return state
 
@@ -36,7 +38,16 @@ def restore(state: dict) -> None:
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state(_bytes(state["cuda"]))
     if state.get("megatron"):
+        from megatron.core.tensor_parallel.random import get_cuda_rng_tracker
+
         get_cuda_rng_tracker().set_states({name: _bytes(s) for name, s in state["megatron"].items()})
+
+
+def _megatron_tracker():
+    """Megatron's RNG tracker where this process loaded megatron (one that never did, the driver, has none set up, and
+    importing megatron there costs seconds at every start)."""
+    module = sys.modules.get(MEGATRON_RNG)
+    return module.get_cuda_rng_tracker() if module is not None else None
 
 
 def _bytes(values: list[int]) -> torch.Tensor:

@@ -16,11 +16,11 @@ from megarl.plan.machine import gpu_memory_gib
 from megarl.recipe_command import run_recipe_command
 from megarl.rewards.function import RewardFunctionSpecError, load_reward_function
 from megarl.rewards.scorer import RewardFunctionError
+from megarl.rollout.base import EngineFailure
 from megarl.trainer.checkpoint import check_resume_layout, resume_candidate, saved_for_resume, saved_step
 from megarl.trainer.ckpt_disk import disk_warning
 from megarl.trainer.ckpt_manifest import IncompleteCheckpoint
 from megarl.trainer.health import HealthStop
-from megarl.trainer.recovery import EngineFailure
 from megarl.trainer.scaffold import tell
 from parallel.controller import WorkerError
 

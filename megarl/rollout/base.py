@@ -71,6 +71,10 @@ class EngineDied(RecoverableError):
     process group is intact, so the workers go on."""
 
 
+class EngineFailure(RuntimeError):
+    """The rollout engine died again right after a restart: the run stops with the cause."""
+
+
 def rollout_backend(name: str) -> type[RolloutEngine]:
     """The engine class `rollout.name` names: a registered backend, or user code as 'path/to/file.py:Class' or
     'package.module:Class' (a RolloutEngine subclass)."""

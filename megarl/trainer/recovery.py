@@ -8,17 +8,13 @@ from __future__ import annotations
 from functools import partial
 from typing import Callable, TypeVar
 
-from megarl.rollout.base import EngineDied
+from megarl.rollout.base import EngineDied, EngineFailure
 from megarl.workers.groups import ColocatedRolloutGroup
 from megarl.workers.rollout import ColocatedRolloutWorker
 from parallel.batch import Batch
 from parallel.controller import Pending, RoleHandle, WorkerError
 
 T = TypeVar("T")
-
-
-class EngineFailure(RuntimeError):
-    """The rollout engine died again right after a restart."""
 
 
 class RecoveringRollout(ColocatedRolloutGroup):

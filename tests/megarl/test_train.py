@@ -1,6 +1,8 @@
 import json
 import os
 import socket
+import subprocess
+import sys
 
 import datasets
 import pytest
@@ -8,7 +10,7 @@ import pytest
 from megarl.config import load_config
 from megarl.run_lock import LOCK_NAME, RunLock
 from megarl.train import main
-from tests.helpers import make_tokenizer
+from tests.helpers import REPO_ROOT, make_tokenizer
 
 
 def model_config(model, **values):
@@ -181,3 +183,13 @@ def test_an_output_dir_another_run_holds_is_refused_in_one_line_naming_it(runnab
     holder.release()
     assert main(["--dry-run", *runnable]) == 0
     assert not (tmp_path / "run" / LOCK_NAME).exists()  # released at the end
+
+
+def test_the_launch_command_loads_no_model_or_engine_library(runnable):
+    """`megarl train` checks a run before any worker starts, and `--dry-run` is that alone: the driver's start loads
+    neither megatron, mbridge, SGLang nor Ray (megatron and mbridge cost ~10 s of imports), until a launch needs them."""
+    code = ("import sys; from megarl.train import main; main(['--recipe', 'recipes/tiny_cpu_grpo.yaml', '--dry-run', "
+            f"*{runnable!r}]); print(sorted(m for m in ('megatron', 'mbridge', 'sglang', 'ray') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[-1] == "[]", proc.stdout[-2000:]

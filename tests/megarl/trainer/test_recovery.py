@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from megarl.trainer.recovery import EngineFailure, RecoveringRollout
+from megarl.rollout.base import EngineFailure
+from megarl.trainer.recovery import RecoveringRollout
 from parallel.batch import Batch
 from parallel.controller import Pending, WorkerError
 from parallel.topology import free_port
