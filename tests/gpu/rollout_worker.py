@@ -200,8 +200,18 @@ def generate_and_compare(engine, actor, slot, engines, prompts, response_len):
 def measure_baseline(actor, engine, repeats: int) -> dict:
     """verl's way, in the same run and as often as ours: every rank gathers every tensor in full (mbridge's
     export), the owner pushes HF tensors through SGLang's own loader; and a plain device-to-device copy of the
-    model's bytes."""
+    model's bytes. Skipped, with the reason in the row, where the full model would not fit beside the trainer and the
+    resumed engine on every GPU (Qwen3-8B at TP 4 on 80 GB cards): the engine's scheduler would die of it mid-call."""
     engine.resume_memory()
+    model_bytes = torch.tensor([sum(p.numel() * p.element_size() for _, p in actor.named_parameters())],
+                               dtype=torch.float64, device="cuda")
+    dist.all_reduce(model_bytes, group=parallel_state.get_tensor_model_parallel_group())
+    free = torch.tensor([free_gb()], dtype=torch.float64, device="cuda")
+    dist.all_reduce(free, op=dist.ReduceOp.MIN)
+    needed_gb = 1.2 * model_bytes.item() / GB
+    if free.item() < needed_gb:
+        return {"what": "all-gather full HF tensors on every rank + SGLang load_weights (verl-style)",
+                "skipped": f"needs {needed_gb:.1f} GB free on each GPU for the gathered model, {free.item():.1f} free"}
     runs, extras = [], []
     for _ in range(repeats):
         dist.barrier()
