@@ -16,6 +16,9 @@ ENV PIP_NO_CACHE_DIR=1 \
 RUN python -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '${TORCH_VERSION}')" \
     || (echo "base image torch != ${TORCH_VERSION} (setup.py's gpu extra)" && exit 1)
 
+# The code reward runs model-written programs under bubblewrap (docs/agents.md).
+RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap && rm -rf /var/lib/apt/lists/*
+
 WORKDIR /opt/megarl
 COPY setup.py README.md ./
 COPY megarl ./megarl

@@ -65,6 +65,9 @@ def check_numeric_ranges(cfg: MegaRLConfig, problems: list[str]) -> None:
     _check_sampling(problems, "rollout.val_kwargs", cfg.rollout.val_kwargs)
     check_number(problems, "reward.rule_weight", cfg.reward.rule_weight, "a finite number")
     check_number(problems, "reward.model.weight", cfg.reward.model.weight, "a finite number")
+    sandbox = cfg.reward.sandbox
+    for name in ("workers", "wall_s", "cpu_s", "memory_mb", "processes", "output_bytes"):
+        check_number(problems, f"reward.sandbox.{name}", getattr(sandbox, name), "> 0")
 
 
 def _check_sampling(problems: list[str], key: str, sampling: RolloutConfig | ValSamplingConfig) -> None:

@@ -252,6 +252,29 @@ class OverlongBufferConfig:
 
 
 @dataclass(frozen=True)
+class SandboxConfig:
+    """Where model-written programs run (megarl/sandbox): walled off by bubblewrap (or, without it, fresh user
+    namespaces), in a throwaway directory, under these limits; `workers` at a time (docs/agents.md)."""
+
+    backend: str = "auto"  # auto (bwrap, else unshare) | bwrap | unshare
+    workers: int = 8  # programs running at once
+    wall_s: float = 10.0  # a program still running is killed (reward/num_timeouts)
+    cpu_s: float = 5.0  # CPU seconds, all of its processes' each (RLIMIT_CPU)
+    memory_mb: int = 1024  # address space of each of its processes (RLIMIT_AS)
+    processes: int = 16  # processes and threads at once (RLIMIT_NPROC)
+    output_bytes: int = 1 << 20  # stdout, stderr and each file it writes (RLIMIT_FSIZE); longer output kills it
+    python: Optional[str] = None  # the interpreter programs run with (None: megarl's own)
+
+
+@dataclass(frozen=True)
+class CodeRewardConfig:
+    """The code reward (data_source code, apps, taco, codecontests, ...): the response's program against the tests in
+    the row's ground truth, each test a sandboxed run."""
+
+    mode: str = "fraction"  # fraction: the share of tests passed | all: 1 only if every test passes
+
+
+@dataclass(frozen=True)
 class RewardModelConfig:
     """A reward model that scores each prompt + response at its last token: `megarl rm`'s hf/ output, or any HF
     sequence-classification checkpoint with a `score.weight` of one label. By default it runs in the actor's
@@ -281,6 +304,8 @@ class RewardConfig:
     workers: int = 8  # processes that run reward.function (rule rewards run in the driver: they cannot hang)
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
     model: RewardModelConfig = field(default_factory=RewardModelConfig)
+    code: CodeRewardConfig = field(default_factory=CodeRewardConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     # The rule (or reward.function) score's weight; 0 with a reward model: the model alone rewards, the rules are
     # still computed (reward/rule_score/mean, e.g. a rule-checked accuracy).
     rule_weight: float = 1.0

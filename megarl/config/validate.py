@@ -17,7 +17,9 @@ from megarl.models.accelerators import TRANSFORMER_IMPLS, transformer_engine_ava
 from megarl.models.shapes import MODEL_TYPES, heads_split_problem
 from megarl.plugins import spec_problems
 from megarl.registry import did_you_mean
+from megarl.rewards.code import MODES as CODE_MODES
 from megarl.rollout import ROLLOUT_BACKENDS
+from megarl.sandbox.backends import BACKENDS as SANDBOX_BACKENDS
 from parallel.controller import LAUNCHERS
 
 LOGGERS = ("console", "tensorboard", "wandb")
@@ -75,6 +77,8 @@ def _check_choices(cfg: MegaRLConfig, problems: list[str]) -> None:
         problems.append("trainer.resume_mode=resume_path needs trainer.resume_from_path=<checkpoint dir>")
     if cfg.reward.function is not None:
         problems += spec_problems(cfg.reward.function, "reward.function")
+    check_choice(problems, "reward.code.mode", cfg.reward.code.mode, CODE_MODES)
+    check_choice(problems, "reward.sandbox.backend", cfg.reward.sandbox.backend, ("auto", *SANDBOX_BACKENDS))
 
 
 def _check_sizes(cfg: MegaRLConfig, problems: list[str]) -> None:

@@ -210,6 +210,11 @@ VERL_KEYS: dict[str, Port] = {
     "custom_reward_function.name": to("reward.function", _JOINED, _reward_function_name),
     "custom_reward_function.reward_kwargs": to("reward.kwargs"),
     "reward_model.reward_kwargs": to("reward.kwargs"),
+    "reward_model.sandbox_fusion.max_concurrent": to("reward.sandbox.workers", "programs run at once in megarl's "
+                                                     "local sandbox (bubblewrap), not requests to a service"),
+    "reward_model.sandbox_fusion.memory_limit_mb": to("reward.sandbox.memory_mb"),
+    "reward_model.sandbox_fusion.url": dropped("megarl runs code-reward tests in a local sandbox (bubblewrap, "
+                                               "reward.sandbox.*), no service", same_as=None),
     "reward_model.overlong_buffer.enable": to("reward.overlong_buffer.enable"),
     "reward_model.overlong_buffer.len": to("reward.overlong_buffer.len"),
     "reward_model.overlong_buffer.penalty_factor": to("reward.overlong_buffer.penalty_factor"),

@@ -23,6 +23,10 @@ class AnswerSpan(NamedTuple):
     end: int
 
 
+class GroundTruthError(ValueError):
+    """A sample's ground truth is missing or of a type its scorer cannot use (an answer to compare, code tests)."""
+
+
 class RewardFunctionError(RuntimeError):
     """The reward function failed on every sample of a batch (it raised, ran past reward.timeout_s, or found no
     usable ground truth), or no worker can run it: a bug to fix, not a flaky sample."""

@@ -7,8 +7,8 @@ from math import isfinite
 from typing import Any, Callable, Optional
 
 from megarl.registry import Registry
-from megarl.rewards import gsm8k, math
-from megarl.rewards.outcome import AnswerSpan
+from megarl.rewards import code, gsm8k, math
+from megarl.rewards.outcome import AnswerSpan, GroundTruthError
 
 RULE_SCORERS: Registry[Callable[..., Any]] = Registry("data_source")
 register_data_source = RULE_SCORERS.register
@@ -21,6 +21,9 @@ MATH_SOURCES = ("HuggingFaceH4/MATH-500", "lighteval/MATH", "DigitalLearningGmbH
 for sources, rule in ((GSM8K_SOURCES, gsm8k), (MATH_SOURCES, math)):
     register_data_source(*sources)(rule.compute_score)
     ANSWER_FINDERS.register(*sources)(rule.find_answer)
+# A code ground truth holds tests, not an answer: it reaches the scorer as it is (megarl/rewards/code.py).
+register_data_source(*code.CODE_SOURCES)(code.compute_score)
+ANSWER_FINDERS.register(*code.CODE_SOURCES)(code.find_program)
 
 
 def default_compute_score(
@@ -32,11 +35,9 @@ def default_compute_score(
     raises GroundTruthError.
     """
     scorer = RULE_SCORERS.get(data_source)
-    return scorer(solution_str, rule_ground_truth(data_source, ground_truth), **kwargs)
-
-
-class GroundTruthError(ValueError):
-    """A sample's ground truth is missing or of a type the rule scorers cannot compare with an answer."""
+    if data_source not in code.CODE_SOURCES:
+        ground_truth = rule_ground_truth(data_source, ground_truth)
+    return scorer(solution_str, ground_truth, **kwargs)
 
 
 def rule_ground_truth(data_source: str, ground_truth: Any) -> str:

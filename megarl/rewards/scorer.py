@@ -9,12 +9,14 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import torch
 
+from megarl.rewards.code import CODE_SOURCES, CodeScorer
 from megarl.rewards.outcome import Outcome, RewardFunctionError, call_reward
 from megarl.rewards.pool import RewardPool
 from megarl.rewards.registry import GroundTruthError, default_compute_score
+from megarl.sandbox import Sandbox
 
 if TYPE_CHECKING:
-    from megarl.config.schema import RewardConfig
+    from megarl.config.schema import CodeRewardConfig, RewardConfig, SandboxConfig
 
 logger = logging.getLogger(__name__)
 
@@ -25,7 +27,9 @@ class RewardResult:
     scores: torch.Tensor  # [batch]
     extra_info: dict[str, list] = field(default_factory=dict)  # extra keys of dict-returning functions
     num_errors: int = 0
-    num_timeouts: Optional[int] = None  # None: scored in the driver, where nothing times out (and no metric)
+    # Samples past a time limit: the pool's reward.timeout_s, or a code test's sandbox.wall_s or cpu_s. None: only
+    # rules scored it, in the driver, where nothing times out (and no metric).
+    num_timeouts: Optional[int] = None
     output_overflow_bytes: int = 0  # printed by the pool's calls past the console's share, into the reward log
 
     @property
@@ -45,17 +49,22 @@ class RewardScorer:
     of a batch), and is counted in `reward/num_errors`; one that runs past the pool's timeout scores 0, is logged
     and counted in `reward/num_timeouts`. If every sample of a batch fails, the function (or the data's ground
     truth) is broken: RewardFunctionError stops the run before the batch can update the model. An unknown
-    data_source is a data error and propagates at once. Close the scorer (or use it as a context) to end a pool.
+    data_source is a data error and propagates at once. With compute_score, samples of a code data_source run their
+    tests in a sandbox (`sandbox`, started at the first such sample) under `code`'s mode. Close the scorer (or use it
+    as a context) to end a pool or a sandbox.
     """
 
     def __init__(self, tokenizer, compute_score: Callable | None = None, kwargs: dict | None = None,
-                 max_logged_errors: int = 3, pool: RewardPool | None = None):
+                 max_logged_errors: int = 3, pool: RewardPool | None = None,
+                 code: CodeRewardConfig | None = None, sandbox: SandboxConfig | None = None):
         if (compute_score is None) == (pool is None):
             raise TypeError("RewardScorer takes exactly one of compute_score (run in this process) and pool")
         self.tokenizer = tokenizer
         self.compute_score, self.pool = compute_score, pool
         self.kwargs = dict(kwargs or {})
         self.max_logged_errors = max_logged_errors
+        self.code_config, self.sandbox_config = code, sandbox
+        self._code: Optional[CodeScorer] = None
 
     @classmethod
     def from_config(cls, tokenizer, reward: RewardConfig, output_log: str | None = None) -> RewardScorer:
@@ -63,7 +72,7 @@ class RewardScorer:
         sample for nothing. A user's function (`reward.function`) runs in a RewardPool, whose calls' long outputs go
         to `output_log`."""
         if reward.function is None:
-            return cls(tokenizer, default_compute_score, reward.kwargs)
+            return cls(tokenizer, default_compute_score, reward.kwargs, code=reward.code, sandbox=reward.sandbox)
         return cls(tokenizer, pool=RewardPool(reward.function, reward.kwargs, reward.timeout_s, reward.workers,
                                               output_log))
 
@@ -76,6 +85,8 @@ class RewardScorer:
     def close(self) -> None:
         if self.pool is not None:
             self.pool.close()
+        if self._code is not None:
+            self._code.sandbox.close()
 
     def __call__(
         self,
@@ -105,8 +116,11 @@ class RewardScorer:
         token_level_scores = torch.zeros(responses.shape, dtype=torch.float32, device=responses.device)
         rows = [i for i, n in enumerate(lengths) if n > 0]
         token_level_scores[rows, [lengths[i] - 1 for i in rows]] = scores[rows]
-        return RewardResult(token_level_scores, scores, extra, num_errors,
-                            num_timeouts if self.pool is not None else None, sum(o.output_overflow for o in outcomes))
+        if self.pool is None:
+            num_timeouts = sum(bool(o.extra.get("sandbox_timeouts")) for o in outcomes)
+        timed = self.pool is not None or any("sandbox_timeouts" in o.extra for o in outcomes)
+        return RewardResult(token_level_scores, scores, extra, num_errors, num_timeouts if timed else None,
+                            sum(o.output_overflow for o in outcomes))
 
     def sample(self, response_ids: Sequence[int], data_source: str, ground_truth: Any, extra_info: dict | None) -> dict:
         """The reward function's arguments for one response (its valid token ids)."""
@@ -117,7 +131,19 @@ class RewardScorer:
         """Each sample's Outcome: in the pool's workers, or here."""
         if self.pool is not None:
             return self.pool.map(samples)
-        return [call_reward(self.compute_score, sample, self.kwargs) for sample in samples]
+        code_rows = [i for i, sample in enumerate(samples) if sample["data_source"] in CODE_SOURCES]
+        outcomes = dict(zip(code_rows, self.code_scorer().score([samples[i] for i in code_rows]))) if code_rows else {}
+        return [outcomes[i] if i in outcomes else call_reward(self.compute_score, sample, self.kwargs)
+                for i, sample in enumerate(samples)]
+
+    def code_scorer(self) -> CodeScorer:
+        """The code data_sources' scorer, its sandbox started (and probed) at the first call."""
+        if self._code is None:
+            if self.code_config is None or self.sandbox_config is None:
+                raise TypeError("a code data_source needs the scorer's code and sandbox configs (reward.code, "
+                                "reward.sandbox)")
+            self._code = CodeScorer(Sandbox(self.sandbox_config), self.code_config.mode)
+        return self._code
 
     def _report(self, outcomes: list[Outcome], samples: list[dict]) -> tuple[int, int]:
         """Log the first failures and timeouts; (errors, timeouts), unless every sample failed: then raise."""

@@ -321,3 +321,11 @@ def test_staleness_needs_engines_of_their_own(override, message):
 def test_generating_ahead_refuses_what_is_decided_within_the_step(algorithm, message):
     own_pool = ["rollout.name=transformers", "rollout.enable_resource_pool=true", "trainer.staleness=1"]
     assert message in one_problem(*own_pool, *algorithm, "rollout.n=2")
+
+
+def test_the_code_reward_and_its_sandbox_are_checked_before_the_run():
+    found = problems("reward.code.mode=most", "reward.sandbox.backend=docker", "reward.sandbox.wall_s=0",
+                     "reward.sandbox.workers=-1")
+    assert found == ["reward.code.mode='most' is not one of: fraction, all.",
+                     "reward.sandbox.backend='docker' is not one of: auto, bwrap, unshare.",
+                     "reward.sandbox.workers=-1 must be > 0", "reward.sandbox.wall_s=0.0 must be > 0"]

@@ -159,3 +159,11 @@ def test_an_empty_value_keeps_megarls_default_where_null_is_no_value():
     c = convert(["trainer.nnodes=", "data.val_batch_size=", "trainer.n_gpus_per_node=4"])
     assert c.dropped == ["trainer.nnodes=null: empty (as an unset variable leaves it); megarl keeps its default"]
     assert values(c)["data.val_batch_size"] is None
+
+
+def test_verls_sandbox_fusion_limits_become_the_local_sandboxs():
+    c = convert(["reward_model.sandbox_fusion.max_concurrent=16", "reward_model.sandbox_fusion.memory_limit_mb=512",
+                 "reward_model.sandbox_fusion.url=http://10.0.0.1:8080/run_code"])
+    assert values(c)["reward.sandbox.workers"] == 16 and values(c)["reward.sandbox.memory_mb"] == 512
+    assert c.dropped == ["reward_model.sandbox_fusion.url=http://10.0.0.1:8080/run_code: megarl runs code-reward "
+                         "tests in a local sandbox (bubblewrap, reward.sandbox.*), no service"]
