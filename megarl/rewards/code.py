@@ -90,26 +90,20 @@ class CodeScorer:
         self.sandbox, self.mode = sandbox, mode
 
     def score(self, samples: Sequence[dict]) -> list[Outcome]:
-        """Each sample's Outcome; its extra keys: acc, tests_passed, tests_total, sandbox_timeouts."""
-        plans: list[Optional[tuple[str, list[CodeTest]]]] = []
-        outcomes: list[Optional[Outcome]] = []
+        """Each sample's Outcome; its extra keys: acc, tests_passed, tests_total, sandbox_timeouts. A sample whose
+        ground truth holds no tests fails (GroundTruthError) and runs nothing."""
+        plans: list[tuple[str, list[CodeTest]] | GroundTruthError] = []
         for sample in samples:
             try:
-                tests = parse_tests(sample["ground_truth"])
+                program = find_program(sample["solution_str"])
+                plans.append((program.text if program else "", parse_tests(sample["ground_truth"])))
             except GroundTruthError as exc:
-                plans.append(None)
-                outcomes.append(failure(exc))
-                continue
-            program = find_program(sample["solution_str"])
-            plans.append((program.text if program else "", tests))
-            outcomes.append(None)
-        runs = [Program(code + test.suffix, test.stdin) for plan in plans if plan for code, tests in [plan]
-                for test in tests]
+                plans.append(exc)
+        runs = [Program(plan[0] + test.suffix, test.stdin) for plan in plans if isinstance(plan, tuple)
+                for test in plan[1]]
         results = iter(self.sandbox.run_many(runs))
-        for i, plan in enumerate(plans):
-            if plan is not None:
-                outcomes[i] = self._outcome(plan[1], [next(results) for _ in plan[1]])
-        return [o for o in outcomes if o is not None]
+        return [failure(plan) if isinstance(plan, GroundTruthError)
+                else self._outcome(plan[1], [next(results) for _ in plan[1]]) for plan in plans]
 
     def _outcome(self, tests: list[CodeTest], results: list[RunResult]) -> Outcome:
         passes = sum(passed(t, r) for t, r in zip(tests, results))
