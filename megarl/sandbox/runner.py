@@ -73,7 +73,6 @@ class Sandbox:
         self._uids: queue.SimpleQueue = queue.SimpleQueue()
         for slot in range(config.workers):
             self._uids.put(base + slot if own_users else None)
-        self._count = 0
         probe = self._workdir(base if own_users else None)
         try:
             self.backend = working_backend(config.backend, probe, base if own_users else None, self.python)
@@ -111,8 +110,7 @@ class Sandbox:
             self._uids.put(uid)
 
     def _workdir(self, uid: Optional[int]) -> Path:
-        self._count += 1
-        workdir = Path(tempfile.mkdtemp(prefix=f"run{self._count}-", dir=self._root))
+        workdir = Path(tempfile.mkdtemp(prefix="run-", dir=self._root))
         if uid is not None:
             os.chown(workdir, uid, uid)
         return workdir
