@@ -5,16 +5,21 @@
 #
 # rlhf is InstructGPT's pipeline: after SFT, the SFT model's sampled answers are ranked by rule
 # (megarl sample-rankings), a reward model is trained on the rankings (megarl rm), and PPO learns from it alone.
+# tools trains a tiny model of its own, on 2-digit products, to call the python tool (rollout.multi_turn):
+#   megarl preprocess products → megarl init-model --shape tiny --task products → megarl sft → megarl train
 #
-# Usage: bash launch/tiny_cpu.sh [grpo|ppo|dapo|rlhf] [key=value ...]   (overrides go to the RL recipe)
+# Usage: bash launch/tiny_cpu.sh [grpo|ppo|dapo|rlhf|lora|tools] [key=value ...]   (overrides go to the RL recipe)
 #   LAUNCHER=torchrun bash launch/tiny_cpu.sh grpo           (default: Ray, started locally)
 #   NPROC=1 bash launch/tiny_cpu.sh grpo rollout.name=sglang (processes, or GPUs when CUDA is there; default 2)
 # Outputs go to outputs/tiny_cpu/: data/, init/ (random weights), sft/hf (the warm start), rm/hf (rlhf's reward
-# model), grpo/, ppo/, dapo/ or rlhf/ (metrics.jsonl, samples/ ...). Stages whose output exists are skipped.
+# model), grpo/, ppo/, dapo/ or rlhf/ (metrics.jsonl, samples/ ...); tools_data/, tools_init/, tools_sft/ and tools/
+# for the tools recipe. Stages whose output exists are skipped.
 set -euo pipefail
 algorithm=${1:-grpo}
 shift || true
-case "$algorithm" in grpo|ppo|dapo|rlhf|lora) ;; *) echo "usage: $0 [grpo|ppo|dapo|rlhf|lora] [key=value ...]" >&2; exit 2 ;; esac
+case "$algorithm" in grpo|ppo|dapo|rlhf|lora|tools) ;;
+  *) echo "usage: $0 [grpo|ppo|dapo|rlhf|lora|tools] [key=value ...]" >&2; exit 2 ;;
+esac
 out=outputs/tiny_cpu
 export RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled}
 
@@ -28,6 +33,14 @@ run() {  # megarl under the chosen launcher, on $nproc processes
   fi
 }
 
+if [ "$algorithm" = tools ]; then
+  [ -f "$out/tools_data/train.parquet" ] || python -m megarl.cli preprocess products --output-dir "$out/tools_data"
+  [ -f "$out/tools_init/config.json" ] || python -m megarl.cli init-model --shape tiny --task products \
+    --out "$out/tools_init"
+  [ -f "$out/tools_sft/hf/config.json" ] || run sft --recipe recipes/tiny_cpu_tools_sft.yaml
+  run train --recipe recipes/tiny_cpu_tools.yaml "$@"
+  exit
+fi
 [ -f "$out/data/train.parquet" ] || python -m megarl.cli preprocess arithmetic --output-dir "$out/data"
 [ -f "$out/init/config.json" ] || python -m megarl.cli init-model --shape tiny --out "$out/init"
 [ -f "$out/sft/hf/config.json" ] || run sft --recipe recipes/tiny_cpu_sft.yaml

@@ -8,6 +8,9 @@ import sys
 from typing import Sequence
 
 PREPROCESS_OPTIONS = ("data_source", "question_key", "solution_key", "instruction")
+# The bundled tasks `megarl preprocess` generates: module, writer (imported when chosen: the CLI starts fast).
+GENERATED = {"arithmetic": ("megarl.data.arithmetic", "write_arithmetic"),
+             "products": ("megarl.data.products", "write_products")}
 
 
 def preprocess_main(argv: Sequence[str]) -> int:
@@ -16,8 +19,9 @@ def preprocess_main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="megarl preprocess", description="Convert a dataset into train/test parquet in verl's row schema."
     )
-    parser.add_argument("kind", choices=[*PREPROCESSORS.names(), "arithmetic"],
-                        help="arithmetic: generate the tiny recipes' bundled task (train, test and sft splits)")
+    parser.add_argument("kind", choices=[*PREPROCESSORS.names(), *GENERATED],
+                        help="arithmetic, products: generate a tiny recipe's bundled task (train, test and sft "
+                             "splits; products is the tools recipe's)")
     parser.add_argument("--input", help="a jsonl/json/parquet file, a directory of them, or a HF dataset name")
     parser.add_argument("--output-dir", required=True)
     parser.add_argument("--split", help="the split of a single input file, when its name does not say")
@@ -27,14 +31,13 @@ def preprocess_main(argv: Sequence[str]) -> int:
     parser.add_argument("--instruction", help="math/custom: the text appended to each question ('' for none)")
     args = parser.parse_args(argv)
     options = {k: getattr(args, k) for k in PREPROCESS_OPTIONS if getattr(args, k) is not None}
-    if options and args.kind in ("gsm8k", "arithmetic"):
+    if options and args.kind in ("gsm8k", *GENERATED):
         parser.error(f"--{'/--'.join(k.replace('_', '-') for k in options)} apply to math and custom, not {args.kind}")
-    if (args.input is None) != (args.kind == "arithmetic"):
-        parser.error("arithmetic is generated: drop --input" if args.input else f"{args.kind} needs --input")
-    if args.kind == "arithmetic":
-        from megarl.data.arithmetic import write_arithmetic
-
-        for split, path in write_arithmetic(args.output_dir).items():
+    if (args.input is None) != (args.kind in GENERATED):
+        parser.error(f"{args.kind} is generated: drop --input" if args.input else f"{args.kind} needs --input")
+    if args.kind in GENERATED:
+        module, writer = GENERATED[args.kind]
+        for split, path in getattr(importlib.import_module(module), writer)(args.output_dir).items():
             print(f"{split}: {path}")
         return 0
     try:

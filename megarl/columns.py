@@ -14,6 +14,8 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, TypeVar
 
+import torch
+
 from parallel.batch import Batch
 
 
@@ -41,9 +43,10 @@ EXTRA_INFO = _column("extra_info", "per sample", "the dataset's extra fields, pa
 UID = _column("uid", "per sample", "the prompt's id: the responses to one prompt are a group")
 # Generation.
 RESPONSES = _column("responses", "[B, R]", "response token ids, right-padded")
-RESPONSE_MASK = _column("response_mask", "[B, R]", "1 on response tokens")
+RESPONSE_MASK = _column("response_mask", "[B, R]", "1 on the model's response tokens (0 on tool tokens between turns)")
 ROLLOUT_LOG_PROBS = _column("rollout_log_probs", "[B, R]", "the engine's log-probs of the response tokens")
-FINISH_REASON = _column("finish_reason", "per sample", "stop or length")
+FINISH_REASON = _column("finish_reason", "per sample", "stop or length; multi-turn: answer, max_turns or max_tokens")
+AGENT_STATS = _column("agent_stats", "per sample", "multi-turn: the trajectory's turns and tool calls (AgentStats)")
 REWARD_OUTCOME = _column("reward_outcome", "per sample", "the async mode's reward, scored as the response finished")
 REWARD_BASELINES = _column("reward_baselines", "[B]", "ReMax: the score of the prompt's greedy response")
 # Scores.
@@ -70,6 +73,15 @@ PTX_RESPONSES = _column("ptx_responses", "[B, L]", "its response tokens, right-p
 PTX_RESPONSE_MASK = _column("ptx_response_mask", "[B, L]", "1 on its response tokens")
 
 SEQUENCES = (PROMPT_IDS, RESPONSES, RESPONSE_MASK)  # what a model pass reads: each prompt + response
+
+
+def response_lengths(response_mask: torch.Tensor) -> torch.Tensor:
+    """[B] each response's length: up to its last 1 in `response_mask`. A multi-turn response holds tool tokens
+    (mask 0) between the model's turns, but it always ends on a model token, so this is its length either way."""
+    if not response_mask.shape[-1]:
+        return torch.zeros(response_mask.shape[:-1], dtype=torch.long, device=response_mask.device)
+    positions = torch.arange(1, response_mask.shape[-1] + 1, device=response_mask.device)
+    return (response_mask.ne(0) * positions).amax(-1)
 
 
 class ContractError(RuntimeError):

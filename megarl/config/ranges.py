@@ -68,6 +68,11 @@ def check_numeric_ranges(cfg: MegaRLConfig, problems: list[str]) -> None:
     sandbox = cfg.reward.sandbox
     for name in ("workers", "wall_s", "cpu_s", "memory_mb", "processes", "output_bytes"):
         check_number(problems, f"reward.sandbox.{name}", getattr(sandbox, name), "> 0")
+    multi_turn = cfg.rollout.multi_turn
+    for name in ("max_assistant_turns", "max_tool_response_length", "tool_timeout_s"):
+        check_number(problems, f"rollout.multi_turn.{name}", getattr(multi_turn, name), "> 0")
+    if multi_turn.max_total_tokens is not None:
+        check_number(problems, "rollout.multi_turn.max_total_tokens", multi_turn.max_total_tokens, "> 0")
 
 
 def _check_sampling(problems: list[str], key: str, sampling: RolloutConfig | ValSamplingConfig) -> None:

@@ -165,6 +165,20 @@ ROLLOUT_MODES = ("sync", "async")
 
 
 @dataclass(frozen=True)
+class MultiTurnConfig:
+    """The agent loop (megarl/agent, docs/agents.md): the model's turns alternate with the results of the tools it
+    calls, until it answers without a call or a limit is reached."""
+
+    enable: bool = False
+    max_assistant_turns: int = 5
+    max_total_tokens: Optional[int] = None  # prompt + every turn; None: data.max_prompt_length + max_response_length
+    tools: List[str] = field(default_factory=lambda: ["python"])  # registered names or path/to/file.py:Class
+    format: str = "hermes"  # how the model writes a call: <tool_call>{"name": ..., "arguments": {...}}</tool_call>
+    max_tool_response_length: int = 512  # characters of a tool's output shown to the model; the rest is cut
+    tool_timeout_s: float = 30.0  # a call still running is abandoned, the model told so (tool/timeouts)
+
+
+@dataclass(frozen=True)
 class RolloutConfig:
     name: str = "sglang"  # sglang | transformers
     # async: one engine request per response, each scored as it finishes while the rest generate (docs/rollout.md)
@@ -183,6 +197,7 @@ class RolloutConfig:
     max_logprob_mult_error: Optional[float] = None  # stop when rollout/logprob_mult_error exceeds it (e.g. 1.05)
     val_kwargs: ValSamplingConfig = field(default_factory=ValSamplingConfig)
     engine_kwargs: Dict[str, Any] = field(default_factory=dict)  # passed to the engine as they are
+    multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
 
 
 @dataclass(frozen=True)

@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from megarl.agent.calls import CALL_PARSERS
+from megarl.agent.tools import TOOLS
 from megarl.algorithms import ADV_ESTIMATORS, KL_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSSES
 from megarl.algorithms.rollout_correction import IS_LEVELS, RS_LEVELS
 from megarl.config.lora_checks import check_lora
 from megarl.config.ranges import check_numeric_ranges
 from megarl.config.rollout_validate import check_rollout_placement
 from megarl.config.loader import ConfigError
-from megarl.config.schema import HEALTH_CHECKS, ROLLOUT_MODES, MegaRLConfig, MegatronConfig, RunConfig
+from megarl.config.schema import HEALTH_CHECKS, ROLLOUT_MODES, MegaRLConfig, MegatronConfig, MultiTurnConfig, RunConfig
 from megarl.data.dataset import TRUNCATIONS
 from megarl.models.accelerators import TRANSFORMER_IMPLS, transformer_engine_available
 from megarl.models.shapes import MODEL_TYPES, heads_split_problem
@@ -79,6 +81,20 @@ def _check_choices(cfg: MegaRLConfig, problems: list[str]) -> None:
         problems += spec_problems(cfg.reward.function, "reward.function")
     check_choice(problems, "reward.code.mode", cfg.reward.code.mode, CODE_MODES)
     check_choice(problems, "reward.sandbox.backend", cfg.reward.sandbox.backend, ("auto", *SANDBOX_BACKENDS))
+    _check_multi_turn(cfg.rollout.multi_turn, problems)
+
+
+def _check_multi_turn(multi_turn: MultiTurnConfig, problems: list[str]) -> None:
+    if not multi_turn.enable:
+        return
+    check_choice(problems, "rollout.multi_turn.format", multi_turn.format, CALL_PARSERS.names())
+    if not multi_turn.tools:
+        problems.append("rollout.multi_turn.tools is empty: name the tools the model may call (e.g. [python])")
+    for name in multi_turn.tools:
+        if ":" in name:  # user code: 'path/to/file.py:Class'
+            problems += spec_problems(name, "rollout.multi_turn.tools")
+        else:
+            check_choice(problems, "rollout.multi_turn.tools", name, TOOLS.names())
 
 
 def _check_sizes(cfg: MegaRLConfig, problems: list[str]) -> None:

@@ -215,6 +215,22 @@ VERL_KEYS: dict[str, Port] = {
     "reward_model.sandbox_fusion.memory_limit_mb": to("reward.sandbox.memory_mb"),
     "reward_model.sandbox_fusion.url": dropped("megarl runs code-reward tests in a local sandbox (bubblewrap, "
                                                "reward.sandbox.*), no service", same_as=None),
+    "actor_rollout_ref.rollout.multi_turn.tool_config_path": dropped(
+        "name the tools in rollout.multi_turn.tools: registered names (python) or path/to/file.py:Class, a "
+        "megarl.agent.Tool subclass (docs/agents.md)", same_as=None),
+    "actor_rollout_ref.rollout.multi_turn.max_parallel_calls": dropped(
+        "a megarl turn ends at its first complete call", same_as=1),
+    "actor_rollout_ref.rollout.multi_turn.max_user_turns": dropped(
+        "megarl's loop has no simulated user; a tool message follows each call", same_as=None),
+    "actor_rollout_ref.rollout.multi_turn.interaction_config_path": dropped(
+        "megarl's loop has no simulated user", same_as=None),
+    "actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side": dropped(
+        "megarl keeps the start of a long tool output and says how much was cut", same_as="right"),
+    "actor_rollout_ref.rollout.multi_turn.use_inference_chat_template": dropped(
+        "megarl renders tool messages with the model's chat template and never re-encodes the model's tokens",
+        same_as=None),
+    "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode": dropped(
+        "megarl never re-encodes the model's tokens, so there is nothing to check", same_as=None),
     "reward_model.overlong_buffer.enable": to("reward.overlong_buffer.enable"),
     "reward_model.overlong_buffer.len": to("reward.overlong_buffer.len"),
     "reward_model.overlong_buffer.penalty_factor": to("reward.overlong_buffer.penalty_factor"),
@@ -347,8 +363,8 @@ VERL_DROPPED_PREFIXES = {
     "actor_rollout_ref.actor.optim.override_optimizer_config.": "megarl's optimizer is megatron's distributed Adam "
                                                                 "(actor.optim.*, actor.megatron.optimizer_offload)",
     "actor_rollout_ref.rollout.engine_kwargs.vllm.": _VLLM,
-    "actor_rollout_ref.rollout.multi_turn.": "megarl has no multi-turn (tool-using) rollouts yet",
-    "actor_rollout_ref.rollout.agent.": "megarl has no agent loops yet",
+    "actor_rollout_ref.rollout.agent.": "megarl's agent loop runs in the rollout workers, one coroutine per "
+                                        "trajectory (rollout.multi_turn, docs/agents.md)",
     "actor_rollout_ref.actor.profiler.": "megarl's profiler is trainer.profile_steps",
     "actor_rollout_ref.actor.checkpoint.": "megarl's checkpoints hold the model, optimizer and loop state always "
                                            "(docs/checkpoints.md)",

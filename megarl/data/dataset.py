@@ -40,10 +40,12 @@ class RLDataset:
     """
 
     @classmethod
-    def from_config(cls, files: Sequence[str | Path], tokenizer, data: DataConfig) -> RLDataset:
-        """The training or validation prompts of a recipe's `data` section."""
+    def from_config(cls, files: Sequence[str | Path], tokenizer, data: DataConfig,
+                    tools: Sequence[dict] = ()) -> RLDataset:
+        """The training or validation prompts of a recipe's `data` section; `tools`: the schemas of the tools the
+        model may call (rollout.multi_turn), which the chat template shows it."""
         return cls(files, tokenizer, max_prompt_length=data.max_prompt_length, prompt_key=data.prompt_key,
-                   filter_overlong_prompts=data.filter_overlong_prompts, truncation=data.truncation)
+                   filter_overlong_prompts=data.filter_overlong_prompts, truncation=data.truncation, tools=tools)
 
     def __init__(
         self,
@@ -54,6 +56,7 @@ class RLDataset:
         prompt_key: str = "prompt",
         filter_overlong_prompts: bool = False,
         truncation: str = "error",
+        tools: Sequence[dict] = (),
     ):
         if truncation not in TRUNCATIONS:
             raise ValueError(f"truncation={truncation!r} is not one of {', '.join(TRUNCATIONS)}")
@@ -68,7 +71,7 @@ class RLDataset:
         overlong = 0
         for file_index, (_, prompts) in enumerate(read):
             for row, prompt in enumerate(prompts):
-                ids = encode_prompt(tokenizer, prompt, f"{self.files[file_index]} row {row}")
+                ids = encode_prompt(tokenizer, prompt, f"{self.files[file_index]} row {row}", tools)
                 if len(ids) > max_prompt_length:
                     overlong += 1
                     if filter_overlong_prompts:
@@ -115,16 +118,17 @@ def truncate(ids: list[int], max_length: int, mode: str) -> list[int]:
     raise ValueError(f"cannot truncate with mode {mode!r}")
 
 
-def encode_prompt(tokenizer, prompt, where: str) -> list[int]:
+def encode_prompt(tokenizer, prompt, where: str, tools: Sequence[dict] = ()) -> list[int]:
     """Token ids of a text prompt, or of a chat (a list of {role, content}) through the chat template with the
-    generation prompt: what the policy continues, in RL rollouts and in SFT alike."""
+    generation prompt (and the `tools` it may call): what the policy continues, in RL rollouts and in SFT alike."""
     check_prompt(prompt, where)
     if isinstance(prompt, str):
         ids = tokenizer(prompt)["input_ids"]
     elif not getattr(tokenizer, "chat_template", None):
         raise DataError(f"{where}: the prompt is a chat, but the tokenizer has no chat_template")
     else:
-        text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+        text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False,
+                                             tools=list(tools) or None)
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     if not ids:
         raise DataError(f"{where}: the prompt encodes to no tokens ({prompt!r:.120})")

@@ -1,8 +1,8 @@
 """`megarl init-model --shape NAME --out DIR`: a HF checkpoint of one of the recipes' model shapes with random
 weights and a tokenizer built here, so that every recipe runs without downloading anything.
 
-The `tiny` shape gets a tokenizer made for the bundled arithmetic task and bare prompts; the real shapes get a
-small byte-level BPE vocabulary with Qwen's ChatML template (token ids stay far below their vocab_size).
+The `tiny` shape gets a tokenizer made for a bundled task (arithmetic, or the tools recipe's products) and bare
+prompts; the real shapes get a small byte-level BPE vocabulary with Qwen's ChatML template (token ids stay far below their vocab_size).
 """
 
 from __future__ import annotations
@@ -14,19 +14,26 @@ from typing import Sequence
 
 import torch
 
-from megarl.data import arithmetic
+from megarl.data import arithmetic, products
 from megarl.models.shapes import SHAPES, hf_config
 from megarl.models.tokenizer import CHATML_TEMPLATE, DEFAULT_CORPUS, PLAIN_TEMPLATE, build_tokenizer
 
 
+TINY_TASKS = ("arithmetic", "products")  # the bundled tasks a tiny model's tokenizer is made for
+
+
 def write_model(shape: str, out: str | Path, seed: int = 0, dtype: torch.dtype = torch.float32,
-                device: str = "cpu", **overrides) -> Path:
+                device: str = "cpu", task: str = "arithmetic", **overrides) -> Path:
     """Tokenizer first, so the config names its EOS and padding ids; then random weights drawn from `seed` on
-    `device` (a GPU draws an 8B model's in seconds where the CPU takes minutes; the draws differ by device)."""
+    `device` (a GPU draws an 8B model's in seconds where the CPU takes minutes; the draws differ by device).
+    `task`: the bundled task whose texts the tiny shape's tokenizer is made from."""
     from transformers import AutoModelForCausalLM
 
     out = Path(out)
-    if shape == "tiny":
+    if shape == "tiny" and task == "products":
+        tokenizer = build_tokenizer(out, products.corpus(), vocab_size=SHAPES["tiny"]["vocab_size"],
+                                    chat_template=products.CHAT_TEMPLATE, special_tokens=products.SPECIAL_TOKENS)
+    elif shape == "tiny":
         tokenizer = build_tokenizer(out, arithmetic.corpus(), vocab_size=SHAPES["tiny"]["vocab_size"],
                                     chat_template=PLAIN_TEMPLATE)
     else:
@@ -49,9 +56,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--layers", type=int, help="fewer layers than the shape has (quick tests)")
     parser.add_argument("--device", default="cpu", help="where the weights are drawn, e.g. cuda (much faster)")
+    parser.add_argument("--task", choices=TINY_TASKS, default="arithmetic",
+                        help="the bundled task the tiny shape's tokenizer is made for (products: the tools recipe)")
     args = parser.parse_args(argv)
+    if args.task != "arithmetic" and args.shape != "tiny":
+        parser.error("--task chooses the tiny shape's tokenizer; the other shapes have one of their own")
     overrides = {"num_hidden_layers": args.layers} if args.layers else {}
-    out = write_model(args.shape, args.out, args.seed, getattr(torch, args.dtype), args.device, **overrides)
+    out = write_model(args.shape, args.out, args.seed, getattr(torch, args.dtype), args.device, args.task,
+                      **overrides)
     print(f"wrote a random-weight {args.shape} checkpoint to {out}")
     return 0
 

@@ -71,9 +71,10 @@ def _vocabulary_files(directory: Path) -> str:
 
 
 def build_tokenizer(out_dir: str | Path, corpus: Sequence[str] = DEFAULT_CORPUS, vocab_size: int = 400,
-                    chat_template: str = CHATML_TEMPLATE):
+                    chat_template: str = CHATML_TEMPLATE, special_tokens: Sequence[str] = ()):
     """Train a byte-level BPE tokenizer (every text encodes and decodes exactly), save_pretrained it with
-    `<|im_end|>` as EOS and `<|endoftext|>` as padding, and return it loaded back."""
+    `<|im_end|>` as EOS and `<|endoftext|>` as padding, and return it loaded back. `special_tokens`: more tokens
+    that stay whole (a task's markers)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
@@ -82,7 +83,7 @@ def build_tokenizer(out_dir: str | Path, corpus: Sequence[str] = DEFAULT_CORPUS,
     tok.decoder = decoders.ByteLevel()
     tok.train_from_iterator(
         list(corpus) * 4,
-        trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
+        trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[*SPECIAL_TOKENS, *special_tokens],
                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet()),
     )
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",

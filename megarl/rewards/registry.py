@@ -15,7 +15,7 @@ register_data_source = RULE_SCORERS.register
 # Where each rule scorer finds a response's answer (the sample logs show it): `find_answer(text, **reward.kwargs)`.
 ANSWER_FINDERS: Registry[Callable[..., Optional[AnswerSpan]]] = Registry("data_source")
 
-GSM8K_SOURCES = ("openai/gsm8k", "gsm8k", "synthetic/arithmetic")
+GSM8K_SOURCES = ("openai/gsm8k", "gsm8k", "synthetic/arithmetic", "synthetic/products")
 MATH_SOURCES = ("HuggingFaceH4/MATH-500", "lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval",
                 "xiaodongguaAIGC/X-R1-750", "math")
 for sources, rule in ((GSM8K_SOURCES, gsm8k), (MATH_SOURCES, math)):

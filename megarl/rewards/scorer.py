@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import torch
 
+from megarl.columns import response_lengths
 from megarl.rewards.code import CODE_SOURCES, CodeScorer
 from megarl.rewards.outcome import Outcome, RewardFunctionError, call_reward
 from megarl.rewards.pool import RewardPool
@@ -103,7 +104,7 @@ class RewardScorer:
         extra_infos = extra_infos if extra_infos is not None else [None] * batch
         if not len(data_sources) == len(ground_truths) == len(extra_infos) == batch:
             raise ValueError("responses, data_sources, ground_truths and extra_infos differ in length")
-        lengths = response_mask.sum(dim=-1).long().tolist()
+        lengths = response_lengths(response_mask).tolist()
         samples = [self.sample(row[:n].tolist(), source, truth, info)
                    for row, n, source, truth, info in zip(responses, lengths, data_sources, ground_truths, extra_infos)]
         outcomes = list(outcomes) if outcomes is not None else self.score_samples(samples)

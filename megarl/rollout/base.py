@@ -9,9 +9,10 @@ weights are resumed and loaded first, the KV cache second (it is the large part)
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Optional, Sequence, TypeVar
 
 from megarl.registry import Registry
 from parallel.controller import RecoverableError
@@ -20,6 +21,7 @@ if TYPE_CHECKING:  # the config's validator imports this registry
     from megarl.config.schema import RolloutConfig
 
 ROLLOUT_BACKENDS: Registry[type] = Registry("rollout backend")
+T = TypeVar("T")
 
 WEIGHTS, KV_CACHE = "weights", "kv_cache"
 MEMORY_TAGS = (WEIGHTS, KV_CACHE)
@@ -56,10 +58,25 @@ class SamplingParams:
 
 
 @dataclass
+class AgentStats:
+    """A multi-turn trajectory's turns and tool calls (megarl/agent/loop.py)."""
+
+    assistant_turns: int = 0
+    tool_calls: int = 0  # calls that ran (a malformed one is an error, not a call)
+    tool_errors: int = 0  # malformed calls, unknown tools, tools that raised
+    tool_timeouts: int = 0
+    tool_seconds: float = 0.0  # this trajectory's calls, summed
+    engine_tool_wall_s: float = 0.0  # its engine's wall time with a tool call running, the same on each sample
+
+
+@dataclass
 class Response:
     token_ids: list[int]
-    logprobs: list[float]  # log p(token) under the sampling temperature, before top-k/top-p truncation
-    finish_reason: str  # "stop" (end-of-sequence or a stop token, which is kept) | "length"
+    logprobs: list[float]  # log p(token) under the sampling temperature, before top-k/top-p truncation; 0 on tool tokens
+    finish_reason: str  # "stop" (end-of-sequence or a stop token, which is kept) | "length"; multi-turn: answer,
+    # max_turns or max_tokens
+    loss_mask: Optional[list[int]] = None  # multi-turn: 1 on the model's tokens, 0 on tool tokens; None: all the model's
+    agent: Optional[AgentStats] = None  # multi-turn only
 
 
 OnResponse = Callable[[int, int, Response], None]
@@ -125,6 +142,7 @@ class EngineMemory:
 class RolloutEngine(ABC):
     def __init__(self):
         self.memory = EngineMemory()
+        self._one_at_a_time: asyncio.Lock | None = None  # generate_one's, made on the loop run_async runs
 
     @classmethod
     @abstractmethod
@@ -145,6 +163,26 @@ class RolloutEngine(ABC):
         """On the owner: `params.n` responses for each prompt (token ids). With `on_response` (the async mode),
         `on_response(prompt index, sample index, response)` as each response finishes, while the others are still
         generating; the responses are those the call without it would return."""
+
+    def run_async(self, work: Coroutine[Any, Any, T]) -> T:
+        """Run `work`, a coroutine that awaits `generate_one` (the agent loop's trajectories), to its end on the
+        event loop the engine's asynchronous API lives on."""
+
+        async def serialised() -> T:
+            self._one_at_a_time = asyncio.Lock()  # of this loop
+            return await work
+
+        return asyncio.run(serialised())
+
+    async def generate_one(self, prompt: Sequence[int], params: SamplingParams) -> Response:
+        """One response to `prompt` (`params.n` is ignored), awaited inside `run_async` while other trajectories'
+        requests are in flight. By default the synchronous `generate` in a thread, one call at a time (the engine's
+        own calls are not reentrant); tools and the other trajectories' bookkeeping run meanwhile."""
+        if self._one_at_a_time is None:
+            raise RuntimeError("generate_one runs inside run_async")
+        async with self._one_at_a_time:
+            groups = await asyncio.to_thread(self.generate, [list(prompt)], replace(params, n=1))
+        return groups[0][0]
 
     @abstractmethod
     def load_weights(self, parts: list) -> None:

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import torch
 
-from megarl.columns import FINISH_REASON, PROMPT_IDS, RESPONSE_MASK, RESPONSES, REWARD_MODEL, ROLLOUT_LOG_PROBS, UID
+from megarl.columns import AGENT_STATS, FINISH_REASON, PROMPT_IDS, RESPONSE_MASK, RESPONSES, REWARD_MODEL, ROLLOUT_LOG_PROBS, UID
 from megarl.rollout.base import Response
 from parallel.batch import Batch
 
@@ -54,8 +54,10 @@ def with_responses(prompts: Batch, responses: Sequence[Sequence[Response]], widt
     for i, response in enumerate(flat):
         length = len(response.token_ids)
         tokens[i, :length] = torch.tensor(response.token_ids, dtype=torch.long)
-        mask[i, :length] = 1.0
+        mask[i, :length] = 1.0 if response.loss_mask is None else torch.tensor(response.loss_mask, dtype=torch.float32)
         logprobs[i, :length] = torch.tensor(response.logprobs, dtype=torch.float32)
-    columns = Batch({RESPONSES: tokens, RESPONSE_MASK: mask, ROLLOUT_LOG_PROBS: logprobs},
-                    {FINISH_REASON: [r.finish_reason for r in flat]})
+    fields: dict[str, list] = {FINISH_REASON: [r.finish_reason for r in flat]}
+    if flat and flat[0].agent is not None:
+        fields[AGENT_STATS] = [r.agent for r in flat]
+    columns = Batch({RESPONSES: tokens, RESPONSE_MASK: mask, ROLLOUT_LOG_PROBS: logprobs}, fields)
     return prompts.repeat(n.pop()).union(columns)

@@ -259,11 +259,7 @@ class SGLangEngine(RolloutEngine):
         if not self.is_owner:
             raise RuntimeError("generate runs on the engine's first rank")
         self.memory.check_can_generate()
-        sampling = {
-            "temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k,
-            "max_new_tokens": params.max_new_tokens, "stop_token_ids": list(params.stop_token_ids),
-            "ignore_eos": params.ignore_eos, "no_stop_trim": True, "skip_special_tokens": False,
-        }
+        sampling = self._sampling(params)
         seeded = params.seed is not None and self.deterministic
         if on_response is not None:
             responses = self._generate_each(prompts, params.n, sampling, params.seed if seeded else None, on_response)
@@ -279,6 +275,13 @@ class SGLangEngine(RolloutEngine):
                                                sampling_params={**sampling, "n": params.n}, return_logprob=True)
             responses = [_response(out) for out in outputs]
         return [responses[i * params.n : (i + 1) * params.n] for i in range(len(prompts))]
+
+    @staticmethod
+    def _sampling(params: SamplingParams) -> dict[str, Any]:
+        """SGLang's sampling parameters of one request (n apart)."""
+        return {"temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k,
+                "max_new_tokens": params.max_new_tokens, "stop_token_ids": list(params.stop_token_ids),
+                "ignore_eos": params.ignore_eos, "no_stop_trim": True, "skip_special_tokens": False}
 
     def _generate_each(self, prompts: Sequence[Sequence[int]], n: int, sampling: dict, seed: int | None,
                        on_response: OnResponse) -> list[Response]:
@@ -297,6 +300,21 @@ class SGLangEngine(RolloutEngine):
 
         with self._engine_call():
             return self.engine.loop.run_until_complete(every())
+
+    def run_async(self, work):
+        if not self.is_owner:
+            raise RuntimeError("generation runs on the engine's first rank")
+        self.memory.check_can_generate()
+        with self._engine_call():
+            return self.engine.loop.run_until_complete(work)
+
+    async def generate_one(self, prompt: Sequence[int], params: SamplingParams) -> Response:
+        """A request of its own: SGLang batches it with the others in flight."""
+        sampling = {**self._sampling(params), **({"sampling_seed": params.seed} if self.deterministic
+                                                 and params.seed is not None else {})}
+        output = await self.engine.async_generate(input_ids=list(prompt), sampling_params=sampling,
+                                                  return_logprob=True)
+        return _response(output)
 
     def start_profile(self, directory: str) -> None:
         """The schedulers' CPU ops and kernels, one trace per engine rank: `directory`/engine-TP-<rank>.trace.json.gz."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Iterator
 
+from megarl.agent.tools import tool_schemas
 from megarl.algorithms import make_kl_controller
 from megarl.algorithms.kl import FixedKLController
 from megarl.config.schema import MegaRLConfig
@@ -131,7 +132,8 @@ def train(cfg: MegaRLConfig) -> None:
     hf_config = load_hf_config(model_path(cfg.model.path, "model.path"))
     tokenizer = load_tokenizer(cfg.model)
     data = cfg.data
-    loader = PromptLoader(RLDataset.from_config(data.train_files, tokenizer, data), data.generation_batch_size,
+    tools = tool_schemas(cfg.rollout.multi_turn)
+    loader = PromptLoader(RLDataset.from_config(data.train_files, tokenizer, data, tools), data.generation_batch_size,
                           shuffle=data.shuffle, seed=cfg.trainer.seed)
     steps = total_steps(cfg.trainer, len(loader))
     done = saved_step(resume_from) if resume_from is not None else None
@@ -143,7 +145,7 @@ def train(cfg: MegaRLConfig) -> None:
     scorer = RewardScorer.from_config(tokenizer, cfg.reward, reward_output_log(cfg))
     kl = cfg.algorithm.kl_ctrl
     kl_controller = make_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
-    validator = (Validator(data, cfg.rollout.val_kwargs.n, tokenizer, cfg.trainer.log_samples)
+    validator = (Validator(data, cfg.rollout.val_kwargs.n, tokenizer, cfg.trainer.log_samples, tools)
                  if data.val_files else None)
     with scorer, start_workers(cfg) as cluster:  # the scorer's worker processes end with the run
         score = partial(cluster.once, scorer)  # each batch scored once: torchrun's ranks share rank 0's scores

@@ -19,7 +19,8 @@ from megarl.config import ConfigError
 
 CONSOLE_KEYS = {"critic/score/mean": "score", "actor/pg_loss": "pg_loss", "actor/entropy": "entropy",
                 "actor/ppo_kl": "ppo_kl", "critic/vf_loss": "vf_loss", "response_length/mean": "response_len",
-                "rollout/logprob_mult_error": "logprob_err", "train/loss": "loss", "train/grad_norm": "grad_norm",
+                "rollout/logprob_mult_error": "logprob_err", "tool/calls_per_sample": "tool_calls",
+                "train/loss": "loss", "train/grad_norm": "grad_norm",
                 "train/lr": "lr", "rm/loss": "loss", "rm/accuracy": "accuracy", "val/rm/accuracy": "val_accuracy",
                 "timing_s/step": "step_s"}
 INSTALL = {"tensorboard": "pip install tensorboard", "wandb": "pip install wandb"}

@@ -7,6 +7,7 @@ PPO epoch, against the device's dense bf16 peak; devices without a known peak (C
 
 from __future__ import annotations
 
+from megarl.columns import response_lengths
 from parallel.batch import Batch
 
 # Dense bf16 peak FLOP/s by device name fragment (vendor data sheets, without sparsity).
@@ -79,7 +80,7 @@ def perf_metrics(batch: Batch, metrics: dict[str, float], gpus: int, actor_gpus:
     `actor_gpus`: the actor's (its MFU); `device`: the actor ranks' `summarise`d `device_stats`.
     `perf/max_memory_allocated_gb` (verl's name): the most any asked process's tensors took in any phase of the step,
     from `metrics`' `memory/*/allocated_gb`."""
-    lengths = [len(p) + int(r) for p, r in zip(batch["prompt_ids"], batch["response_mask"].sum(-1).tolist())]
+    lengths = [len(p) + int(r) for p, r in zip(batch["prompt_ids"], response_lengths(batch["response_mask"]).tolist())]
     step_s = metrics["timing_s/step"]
     out = {"perf/total_num_tokens": float(sum(lengths)), "perf/time_per_step": step_s,
            "perf/throughput": sum(lengths) / (step_s * gpus),

@@ -13,6 +13,7 @@ after its checkpoint (the run it resumes may have logged them), as metrics.jsonl
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -21,6 +22,7 @@ from typing import Callable, Optional
 
 import torch
 
+from megarl.columns import response_lengths
 from megarl.config.schema import RewardConfig, TrainerConfig
 from megarl.rewards.outcome import AnswerSpan
 from megarl.rewards.registry import ANSWER_FINDERS
@@ -66,7 +68,7 @@ def sample_records(batch: Batch, rows: list[int], tokenizer, find_answer: FindAn
                    first_index: int = 0) -> list[dict]:
     """One record per chosen row of a scored batch (training's after the step, validation's after scoring); a
     record's `index` is its row plus `first_index`."""
-    lengths = batch["response_mask"].sum(-1).long().tolist()
+    lengths = response_lengths(batch["response_mask"]).tolist()
     scores = batch["token_level_scores"].sum(-1).tolist()
     rewards = batch["token_level_rewards"].sum(-1).tolist() if "token_level_rewards" in batch else None
     preds = batch["pred"] if "pred" in batch else None
@@ -84,6 +86,9 @@ def sample_records(batch: Batch, rows: list[int], tokenizer, find_answer: FindAn
                   "response_length": lengths[row], "tokens": tokenizer.batch_decode([[i] for i in ids])}
         if rewards is not None:
             record["reward"] = rewards[row]
+        if "agent_stats" in batch:  # multi-turn: the model's turns and the tool messages between them
+            record["turns"] = turns(ids, batch["response_mask"][row, : lengths[row]].tolist(), tokenizer)
+            record["agent"] = dataclasses.asdict(batch["agent_stats"][row])
         for column, key in SCALAR_COLUMNS.items():
             if column in batch:
                 record[key] = float(batch[column][row])
@@ -92,6 +97,18 @@ def sample_records(batch: Batch, rows: list[int], tokenizer, find_answer: FindAn
                 record[key] = [float(SIGNIFICANT.format(v)) for v in batch[column][row, : lengths[row]].tolist()]
         records.append(record)
     return records
+
+
+def turns(ids: list[int], loss_mask: list[float], tokenizer) -> list[dict]:
+    """A multi-turn response as its runs of model tokens (trained) and tool tokens (not), each decoded with its
+    markers: [{"by": "model" | "tool", "text": ...}]."""
+    runs: list[dict] = []
+    for token, trained in zip(ids, loss_mask):
+        by = "model" if trained else "tool"
+        if not runs or runs[-1]["by"] != by:
+            runs.append({"by": by, "ids": []})
+        runs[-1]["ids"].append(token)
+    return [{"by": run["by"], "text": tokenizer.decode(run["ids"], skip_special_tokens=False)} for run in runs]
 
 
 class SampleDirectory:

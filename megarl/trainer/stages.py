@@ -13,11 +13,11 @@ import torch
 from megarl.algorithms import apply_kl_penalty, compute_advantage, masked_mean
 from megarl.algorithms.dapo import overlong_penalty
 from megarl.algorithms.rollout_correction import rollout_correction
-from megarl.columns import (ACC, ADVANTAGES, DATA_SOURCE, EXTRA_INFO, OLD_LOG_PROBS, OVERLONG_PENALTY, PRED,
-                            PROMPT_IDS, REF_LOG_PROB, RESPONSE_MASK, RESPONSES, RETURNS, REWARD_BASELINES,
+from megarl.columns import (ACC, ADVANTAGES, AGENT_STATS, DATA_SOURCE, EXTRA_INFO, FINISH_REASON, OLD_LOG_PROBS,
+                            OVERLONG_PENALTY, PRED, PROMPT_IDS, REF_LOG_PROB, RESPONSE_MASK, RESPONSES, RETURNS, REWARD_BASELINES,
                             REWARD_MODEL, REWARD_OUTCOME, RM_SCORES, ROLLOUT_IS_WEIGHTS, ROLLOUT_LOG_PROBS,
                             ROLLOUT_RS_MASK, RULE_SCORES, TOKEN_LEVEL_REWARDS, TOKEN_LEVEL_SCORES, UID, VALUES,
-                            stage)
+                            response_lengths, stage)
 from megarl.config.schema import AlgorithmConfig, OverlongBufferConfig, RewardConfig, RolloutCorrectionConfig
 from megarl.rewards.scorer import RewardResult
 from megarl.rollout.batch import ground_truths, rule_scored
@@ -66,7 +66,7 @@ def add_model_scores(scored: Batch, model_scores: torch.Tensor, response_mask: t
                      reward: RewardConfig) -> Batch:
     """Each response's score becomes `reward.rule_weight` × its rule score + `reward.model.weight` × the reward
     model's, on its last token; `rule_scores` and `rm_scores` [B] keep the two apart (their metrics)."""
-    lengths = response_mask.sum(-1).long()
+    lengths = response_lengths(response_mask)
     rows = torch.nonzero(lengths > 0).squeeze(-1)
     rule_scores = scored[TOKEN_LEVEL_SCORES].sum(-1)
     combined = scored[TOKEN_LEVEL_SCORES] * reward.rule_weight
@@ -79,7 +79,7 @@ def add_model_scores(scored: Batch, model_scores: torch.Tensor, response_mask: t
 def shape_overlong(scored: Batch, response_mask: torch.Tensor, buffer: OverlongBufferConfig,
                    max_response_length: int) -> Batch:
     """DAPO's overlong penalty added to each response's score on its last token, and as `overlong_penalty` [B]."""
-    lengths = response_mask.sum(-1).long()
+    lengths = response_lengths(response_mask)
     penalty = overlong_penalty(lengths, max_response_length, buffer.len, buffer.penalty_factor)
     scores = scored[TOKEN_LEVEL_SCORES].clone()
     rows = torch.nonzero(lengths > 0).squeeze(-1)
@@ -149,12 +149,12 @@ def advantages(batch: Batch, algorithm: AlgorithmConfig) -> Batch:
 
 
 @stage(reads=(RESPONSE_MASK, TOKEN_LEVEL_SCORES, TOKEN_LEVEL_REWARDS, ADVANTAGES, RETURNS),
-       reads_if_present=(UID, VALUES, RM_SCORES, RULE_SCORES, OVERLONG_PENALTY))
+       reads_if_present=(UID, VALUES, RM_SCORES, RULE_SCORES, OVERLONG_PENALTY, AGENT_STATS))
 def data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
     """verl's `critic/*` and `response_length/*` metrics of a scored, rewarded, advantaged batch (and with
     overlong shaping, the mean penalty and the fraction of responses penalised)."""
     mask = batch[RESPONSE_MASK]
-    lengths = mask.sum(dim=-1)
+    lengths = response_lengths(mask).float()
     scores = batch[TOKEN_LEVEL_SCORES].sum(-1)
     valid_advantages = batch[ADVANTAGES][mask.bool()]
     metrics = {
@@ -181,6 +181,29 @@ def data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
     if OVERLONG_PENALTY in batch:
         metrics["reward/overlong_penalty/mean"] = batch[OVERLONG_PENALTY].mean().item()
         metrics["reward/overlong_ratio"] = (batch[OVERLONG_PENALTY] < 0).float().mean().item()
+    if AGENT_STATS in batch:
+        metrics.update(agent_metrics(batch))
+    return metrics
+
+
+@stage(reads=(AGENT_STATS, FINISH_REASON))
+def agent_metrics(batch: Batch) -> dict[str, float]:
+    """The agent loop's `multi_turn/*` and `tool/*` metrics, and `timing_s/tools`: the wall time with a tool call
+    running (its engine's; the longest where several engines generate at once)."""
+    stats, finishes = list(batch[AGENT_STATS]), list(batch[FINISH_REASON])
+    turns = [s.assistant_turns for s in stats]
+    calls = sum(s.tool_calls for s in stats)
+    metrics = {
+        "multi_turn/assistant_turns/mean": sum(turns) / len(turns),
+        "multi_turn/assistant_turns/max": float(max(turns)),
+        **{f"multi_turn/finish/{reason}": finishes.count(reason) / len(finishes)
+           for reason in ("answer", "max_turns", "max_tokens")},
+        "tool/calls_per_sample": calls / len(stats),
+        "tool/errors": float(sum(s.tool_errors for s in stats)),
+        "tool/timeouts": float(sum(s.tool_timeouts for s in stats)),
+        "tool/latency_s": sum(s.tool_seconds for s in stats) / calls if calls else 0.0,
+        "timing_s/tools": max(s.engine_tool_wall_s for s in stats),
+    }
     return metrics
 
 

@@ -5,8 +5,9 @@ unless `do_sample`), the same scorer grades them, and the means per data source 
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Sequence
 
-from megarl.columns import DATA_SOURCE, RESPONSE_MASK, TOKEN_LEVEL_SCORES
+from megarl.columns import DATA_SOURCE, RESPONSE_MASK, TOKEN_LEVEL_SCORES, response_lengths
 from megarl.config.schema import DataConfig
 from megarl.data.dataset import PromptLoader, RLDataset
 from megarl.rollout.batch import prompt_batch
@@ -18,10 +19,11 @@ VAL_UID_OFFSET = 10**12  # validation uids never collide with a training step's
 
 
 class Validator:
-    def __init__(self, data: DataConfig, n: int, tokenizer, kept_samples: int = 0):
+    def __init__(self, data: DataConfig, n: int, tokenizer, kept_samples: int = 0, tools: Sequence[dict] = ()):
         """`n`: responses per prompt (rollout.val_kwargs.n), the @n of the metric names; `kept_samples`: how many
-        of the pass's first samples it returns, generated and scored (-1: all), for the sample logs."""
-        dataset = RLDataset.from_config(data.val_files, tokenizer, data)
+        of the pass's first samples it returns, generated and scored (-1: all), for the sample logs; `tools`: the
+        schemas the prompts show (rollout.multi_turn)."""
+        dataset = RLDataset.from_config(data.val_files, tokenizer, data, tools)
         self.loader = PromptLoader(dataset, data.val_batch_size or len(dataset), shuffle=False, drop_last=False)
         self.n, self.kept_samples = n, kept_samples
 
@@ -38,7 +40,7 @@ class Validator:
             scored, _ = score(batch, scorer)
             for source, value in zip(batch[DATA_SOURCE], scored[TOKEN_LEVEL_SCORES].sum(-1).tolist()):
                 scores[source].append(value)
-            lengths += batch[RESPONSE_MASK].sum(-1).tolist()
+            lengths += response_lengths(batch[RESPONSE_MASK]).tolist()
             missing = wanted - sum(len(b) for b in kept)
             if missing > 0:
                 kept.append(batch.union(scored).select(indices=list(range(int(min(missing, len(batch)))))))

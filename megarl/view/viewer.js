@@ -143,6 +143,17 @@ function highlighted(sample) {
     el("mark", { class: "answer", text: text.slice(answer.start, answer.end) }), text.slice(answer.end));
 }
 
+// A multi-turn response: the model's turns (trained) and the tool messages between them (not trained), apart.
+function turnList(sample) {
+  const calls = sample.agent ? ` · ${sample.agent.tool_calls} tool calls, ${sample.agent.tool_errors} errors, ` +
+    `${sample.agent.tool_timeouts} timeouts` : "";
+  return el("div", { id: "turns" },
+    ...sample.turns.map((turn) => el("div", { class: "turn turn-" + turn.by },
+      el("div", { class: "turn-label", text: turn.by === "tool" ? "tool · not trained (masked)" : "model" }),
+      el("pre", { class: "text", text: turn.text }))),
+    el("p", { class: "meta", text: `${sample.turns.filter((t) => t.by === "model").length} model turns${calls}` }));
+}
+
 function table(id, rows) {
   return el("table", { id, class: "kv" },
     ...rows.map(([name, value]) => el("tr", {}, el("th", { text: name }), el("td", { text: fmt(value) }))));
@@ -188,7 +199,7 @@ function renderStages() {
   if (!sample) return stages.replaceChildren();
   stages.replaceChildren(
     stage("stage-prompt", "1 · Prompt", el("pre", { class: "text", text: sample.input || "" })),
-    stage("stage-response", "2 · Response", highlighted(sample),
+    stage("stage-response", "2 · Response", sample.turns ? turnList(sample) : highlighted(sample),
       el("p", { class: "meta", text: `${fmt(sample.response_length)} tokens · finish: ${fmt(sample.finish_reason)}` })),
     stage("stage-reward", "3 · Reward", table("reward-table", [
       ["ground truth", sample.gts], ["extracted answer", sample.answer ? sample.answer.text : null],

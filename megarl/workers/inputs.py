@@ -18,9 +18,11 @@ from megarl.config.schema import (
     MegaRLConfig,
     MegatronConfig,
     ModelConfig,
+    MultiTurnConfig,
     OptimConfig,
     RewardConfig,
     RolloutConfig,
+    SandboxConfig,
 )
 from megarl.config.rm_schema import RMConfig
 from megarl.config.sft_schema import SFTConfig
@@ -133,6 +135,16 @@ def reward_output_log(cfg: MegaRLConfig) -> str:
 
 
 @dataclass(frozen=True)
+class AgentInputs:
+    """What the agent loop runs with (rollout.multi_turn.enable)."""
+
+    multi_turn: MultiTurnConfig
+    model: ModelConfig  # its tokenizer reads the model's calls and renders the tool messages
+    sandbox: SandboxConfig  # the python tool's
+    max_total_tokens: int  # prompt + every turn
+
+
+@dataclass(frozen=True)
 class RolloutInputs:
     model_path: Optional[str]
     train_tp: int  # the colocated actor's tensor-parallel size, which places the engines (parallel/engines.py)
@@ -141,6 +153,7 @@ class RolloutInputs:
     seed: int
     streaming_reward: Optional[StreamingReward] = None  # rollout.mode=async
     own_pool: bool = False  # rollout.enable_resource_pool: engines on GPUs of their own
+    agent: Optional[AgentInputs] = None  # multi-turn rollouts
 
 
 @dataclass(frozen=True)
@@ -229,7 +242,16 @@ def rollout_inputs(cfg: MegaRLConfig) -> RolloutInputs:
     streaming = (StreamingReward(cfg.model, cfg.reward, bool(cfg.reward.model.path), reward_output_log(cfg))
                  if cfg.rollout.mode == "async" else None)
     return RolloutInputs(cfg.model.path, cfg.actor.megatron.tensor_model_parallel_size, cfg.rollout,
-                         cfg.data.max_response_length, cfg.trainer.seed, streaming, cfg.rollout.enable_resource_pool)
+                         cfg.data.max_response_length, cfg.trainer.seed, streaming, cfg.rollout.enable_resource_pool,
+                         agent_inputs(cfg))
+
+
+def agent_inputs(cfg: MegaRLConfig) -> Optional[AgentInputs]:
+    multi_turn = cfg.rollout.multi_turn
+    if not multi_turn.enable:
+        return None
+    total = multi_turn.max_total_tokens or cfg.data.max_prompt_length + cfg.data.max_response_length
+    return AgentInputs(multi_turn, cfg.model, cfg.reward.sandbox, total)
 
 
 def role_inputs(cfg: MegaRLConfig, total_steps: int) -> RoleInputs:

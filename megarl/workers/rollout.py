@@ -14,15 +14,16 @@ import torch
 import torch.distributed as dist
 from megatron.core import parallel_state
 
-from megarl.columns import (DATA_SOURCE, EXTRA_INFO, FINISH_REASON, PROMPT_IDS, RESPONSE_MASK, RESPONSES,
+from megarl.agent import AgentLoop, ToolContext, build_tools
+from megarl.columns import (AGENT_STATS, DATA_SOURCE, EXTRA_INFO, FINISH_REASON, PROMPT_IDS, RESPONSE_MASK, RESPONSES,
                             REWARD_MODEL, REWARD_OUTCOME, ROLLOUT_LOG_PROBS, stage)
 from megarl.models.bridge import load_hf_config
 from megarl.models.to_hf import hf_converter
 from megarl.models.tokenizer import load_tokenizer
 from megarl.rewards.scorer import RewardScorer
 from megarl.rewards.stream import StreamingScorer
-from megarl.rollout.base import (KV_CACHE, MEMORY_TAGS, WEIGHTS, Response, RolloutEngine, SamplingParams,
-                                 rollout_backend)
+from megarl.rollout.base import (KV_CACHE, MEMORY_TAGS, WEIGHTS, OnResponse, Response, RolloutEngine,
+                                 SamplingParams, rollout_backend)
 from megarl.rollout.batch import ground_truths, rule_scored, with_responses
 from megarl.workers.actor import ActorWorker
 from megarl.workers.inputs import RolloutInputs, model_path
@@ -50,6 +51,25 @@ class RolloutWorker(Worker):
         # The async mode scores on the engine's owner, beside its generation.
         self.scorer = (RewardScorer.from_config(load_tokenizer(streaming.model), streaming.reward, streaming.output_log)
                        if streaming is not None and self.engine.is_owner else None)
+        self.agent, self.tool_context = self._agent_loop() if self.engine.is_owner else (None, None)
+
+    def _agent_loop(self) -> tuple[AgentLoop | None, ToolContext | None]:
+        """With rollout.multi_turn: the agent loop, its tools."""
+        agent = self.inputs.agent
+        if agent is None:
+            return None, None
+        context = ToolContext(agent.sandbox)
+        loop = AgentLoop(load_tokenizer(agent.model), agent.multi_turn, build_tools(agent.multi_turn.tools, context),
+                         self.inputs.max_response_length, agent.max_total_tokens, agent.sandbox.workers)
+        return loop, context
+
+    def _generate(self, prompts: Batch, params: SamplingParams, on_response: OnResponse | None = None
+                  ) -> list[list[Response]]:
+        """The engine's responses, or with rollout.multi_turn the agent loop's trajectories."""
+        ids = list(prompts[PROMPT_IDS])
+        if self.agent is not None:
+            return self.agent.generate(self.engine, ids, params, on_response)
+        return self.engine.generate(ids, params, on_response)
 
     def _build_engine(self) -> RolloutEngine:
         """This rank's part of its engine, its memory released."""
@@ -67,6 +87,10 @@ class RolloutWorker(Worker):
         self.engine.shutdown()
         if self.scorer is not None:
             self.scorer.close()
+        if self.agent is not None:
+            self.agent.close()
+        if self.tool_context is not None:
+            self.tool_context.close()
 
     @worker_method()
     def start_engine_profile(self, directory: str) -> None:
@@ -79,7 +103,7 @@ class RolloutWorker(Worker):
 
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
     @stage(reads=(PROMPT_IDS,), writes=(RESPONSES, RESPONSE_MASK, ROLLOUT_LOG_PROBS, FINISH_REASON),
-           reads_if_present=(DATA_SOURCE, REWARD_MODEL, EXTRA_INFO), may_write=(REWARD_OUTCOME,))
+           reads_if_present=(DATA_SOURCE, REWARD_MODEL, EXTRA_INFO), may_write=(REWARD_OUTCOME, AGENT_STATS))
     def generate(self, prompts: Batch, validate: bool = False, greedy: bool = False,
                  seed: int | None = None) -> Batch | None:
         """Responses to this engine's share of `prompts` (`prompt_ids` column): rollout.n each, the validation
@@ -95,7 +119,7 @@ class RolloutWorker(Worker):
             make = SamplingParams.for_validation if validate else SamplingParams.for_training
             params = make(self.inputs.rollout, max_new, seed=seed)
         if self.scorer is None or validate or greedy:
-            return with_responses(prompts, self.engine.generate(list(prompts[PROMPT_IDS]), params), width=max_new)
+            return with_responses(prompts, self._generate(prompts, params), width=max_new)
         return self._generate_scored(prompts, params, self.scorer)
 
     def _generate_scored(self, prompts: Batch, params: SamplingParams, scorer: RewardScorer) -> Batch:
@@ -110,7 +134,7 @@ class RolloutWorker(Worker):
                 if rule_scored(truths[i], truth_only):
                     stream.submit(i * n + k, response.token_ids, sources[i], truths[i], extras[i])
 
-            groups = self.engine.generate(list(prompts[PROMPT_IDS]), params, on_response=finished)
+            groups = self._generate(prompts, params, on_response=finished)
             outcomes = stream.outcomes()
         batch = with_responses(prompts, groups, width=self.inputs.max_response_length)
         return batch.union(Batch(fields={REWARD_OUTCOME: outcomes}))

@@ -8,13 +8,13 @@ from typing import Callable, Sequence
 
 import torch
 
-from megarl.columns import PROMPT_IDS, REF_LOG_PROB, RESPONSES, RESPONSE_MASK
+from megarl.columns import PROMPT_IDS, REF_LOG_PROB, RESPONSES, RESPONSE_MASK, response_lengths
 from parallel.batch import Batch
 
 
 def sequences(batch: Batch) -> list[torch.Tensor]:
     """Each sample's prompt + response tokens, unpadded."""
-    lengths = batch[RESPONSE_MASK].sum(dim=1).long().tolist()
+    lengths = response_lengths(batch[RESPONSE_MASK]).tolist()
     return [torch.cat([torch.as_tensor(prompt, dtype=torch.long), response[:length]])
             for prompt, response, length in zip(batch[PROMPT_IDS], batch[RESPONSES], lengths)]
 
@@ -22,7 +22,7 @@ def sequences(batch: Batch) -> list[torch.Tensor]:
 def response_values(batch: Batch, per_sequence: Sequence[torch.Tensor]) -> torch.Tensor:
     """Per-sequence values of a model pass → [B, R] aligned with `responses`, zero past each response's end."""
     out = torch.zeros_like(batch[RESPONSE_MASK])
-    lengths = batch[RESPONSE_MASK].sum(dim=1).long().tolist()
+    lengths = response_lengths(batch[RESPONSE_MASK]).tolist()
     pieces = [values[len(prompt) - 1 : len(prompt) - 1 + length]
               for prompt, values, length in zip(batch[PROMPT_IDS], per_sequence, lengths)]
     if pieces:  # one device→host copy for the pass: each copy waits for the GPU
@@ -42,7 +42,7 @@ def reference_columns(batch: Batch, split: Callable, logprobs: Callable) -> Batc
 def at_next_token_positions(batch: Batch, values: torch.Tensor) -> list[torch.Tensor]:
     """[B, R] response values → per sample, a tensor over next-token positions (length L − 1), zero on the
     prompt: the inverse of `response_values`, as `pack_sequences` takes token fields."""
-    lengths = batch[RESPONSE_MASK].sum(dim=1).long().tolist()
+    lengths = response_lengths(batch[RESPONSE_MASK]).tolist()
     out = []
     for prompt, row, length in zip(batch[PROMPT_IDS], values, lengths):
         field = torch.zeros(len(prompt) + length - 1, dtype=torch.float32)

@@ -329,3 +329,15 @@ def test_the_code_reward_and_its_sandbox_are_checked_before_the_run():
     assert found == ["reward.code.mode='most' is not one of: fraction, all.",
                      "reward.sandbox.backend='docker' is not one of: auto, bwrap, unshare.",
                      "reward.sandbox.workers=-1 must be > 0", "reward.sandbox.wall_s=0.0 must be > 0"]
+
+
+def test_the_agent_loop_is_checked_before_the_run(tmp_path):
+    found = problems("rollout.multi_turn.enable=true", "rollout.multi_turn.format=json",
+                     "rollout.multi_turn.tools=[python,search,nope.py:Tool]", "rollout.multi_turn.max_assistant_turns=0",
+                     "rollout.multi_turn.tool_timeout_s=-1")
+    assert found == ["rollout.multi_turn.format='json' is not one of: hermes.",
+                     "rollout.multi_turn.tools='search' is not one of: python.",
+                     "rollout.multi_turn.tools='nope.py:Tool': file nope.py does not exist",
+                     "rollout.multi_turn.max_assistant_turns=0 must be > 0",
+                     "rollout.multi_turn.tool_timeout_s=-1.0 must be > 0"]
+    load_config(overrides=["rollout.multi_turn.format=json"])  # checked only where the loop runs

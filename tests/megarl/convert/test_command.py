@@ -87,7 +87,7 @@ NOT_CARRIED = {
                                   "actor_rollout_ref.actor.megatron.use_mbridge",
                                   "actor_rollout_ref.rollout.load_format"],
     "grpo_gsm8k_fsdp.sh": [],
-    "ppo_gsm8k_math_fsdp.sh": ["data.return_raw_chat", "actor_rollout_ref.rollout.multi_turn.format"],
+    "ppo_gsm8k_math_fsdp.sh": ["data.return_raw_chat"],
     "ppo_gsm8k_math_megatron.sh": [],
 }
 

@@ -167,3 +167,16 @@ def test_verls_sandbox_fusion_limits_become_the_local_sandboxs():
     assert values(c)["reward.sandbox.workers"] == 16 and values(c)["reward.sandbox.memory_mb"] == 512
     assert c.dropped == ["reward_model.sandbox_fusion.url=http://10.0.0.1:8080/run_code: megarl runs code-reward "
                          "tests in a local sandbox (bubblewrap, reward.sandbox.*), no service"]
+
+
+def test_verls_multi_turn_keys_become_the_agent_loops():
+    c = convert(["actor_rollout_ref.rollout.multi_turn.enable=true",
+                 "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3",
+                 "actor_rollout_ref.rollout.multi_turn.format=hermes",
+                 "actor_rollout_ref.rollout.multi_turn.max_tool_response_length=256",
+                 "actor_rollout_ref.rollout.multi_turn.max_parallel_calls=1",
+                 "actor_rollout_ref.rollout.multi_turn.tool_config_path=tools.yaml"])
+    assert {k: v for k, v in values(c).items() if k.startswith("rollout.multi_turn")} == {
+        "rollout.multi_turn.enable": True, "rollout.multi_turn.max_assistant_turns": 3,
+        "rollout.multi_turn.format": "hermes", "rollout.multi_turn.max_tool_response_length": 256}
+    assert len(c.dropped) == 1 and c.dropped[0].startswith("actor_rollout_ref.rollout.multi_turn.tool_config_path=")

@@ -28,3 +28,15 @@ def test_responses_pad_to_a_common_width():
     assert batch["responses"].shape == (2, 4) and batch["response_mask"].sum().item() == 3
     with pytest.raises(ValueError, match="does not fit"):
         with_responses(prompts, [[Response([3, 4, 5], [0.0] * 3, "length")]], width=2)
+
+
+def test_a_multi_turn_response_masks_its_tool_tokens_and_keeps_its_length():
+    from megarl.columns import response_lengths
+    from megarl.rollout.base import AgentStats
+
+    turns = Response([5, 6, 7, 8, 9], [-0.1, -0.2, 0.0, 0.0, -0.3], "answer", loss_mask=[1, 1, 0, 0, 1],
+                     agent=AgentStats(assistant_turns=2, tool_calls=1))
+    batch = with_responses(prompt_batch({"prompt_ids": [[1, 2]]}), [[turns]], width=7)
+    assert batch["response_mask"].tolist() == [[1, 1, 0, 0, 1, 0, 0]]
+    assert response_lengths(batch["response_mask"]).tolist() == [5]
+    assert batch["agent_stats"][0].tool_calls == 1 and batch["finish_reason"][0] == "answer"

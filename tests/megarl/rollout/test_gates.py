@@ -21,3 +21,14 @@ def test_breach_is_an_error_when_asked():
     check_logprob_agreement({"rollout/logprob_mult_error": 1.04, "rollout/logprob_max_abs_diff": 0.3}, 1.05)
     with pytest.raises(RuntimeError, match="logprob_mult_error=1.2000 exceeds 1.05"):
         check_logprob_agreement({"rollout/logprob_mult_error": 1.2, "rollout/logprob_max_abs_diff": 0.3}, 1.05)
+
+
+def test_tool_tokens_do_not_count_in_the_gate():
+    """Multi-turn: tool tokens (mask 0) carry rollout log-prob 0 and whatever the trainer computes there; the gate
+    reads the model's tokens alone."""
+    rollout = torch.tensor([[-1.0, -0.5, 0.0, 0.0, -0.2]])
+    model_only = torch.tensor([[1.0, 1.0, 0.0, 0.0, 1.0]])
+    trainer = torch.tensor([[-1.1, -0.5, -9.0, -7.0, -0.25]])
+    gate = logprob_agreement(rollout, trainer, model_only)
+    alone = logprob_agreement(rollout[:, [0, 1, 4]], trainer[:, [0, 1, 4]], torch.ones(1, 3))
+    assert gate == pytest.approx(alone)

@@ -7,7 +7,8 @@ from megarl.rewards.registry import default_compute_score
 from megarl.rewards.scorer import RewardScorer
 from megarl.rollout.base import Response
 from megarl.rollout.batch import prompt_batch, with_responses
-from megarl.trainer.stages import add_model_scores, advantages, data_metrics, rewards, score, shape_overlong
+from megarl.trainer.stages import (add_model_scores, advantages, agent_metrics, data_metrics, rewards, score,
+                                   shape_overlong)
 from parallel.batch import Batch
 
 
@@ -132,3 +133,18 @@ def test_data_metrics_say_how_many_prompts_responses_differ_and_verls_extremes(b
     assert metrics["critic/score/varied_ratio"] == 0.5  # the first prompt's responses differ, the second's tie
     assert metrics["critic/score/max"] == pytest.approx(1e30) and metrics["critic/score/min"] == 0.0
     assert metrics["critic/advantages/max"] > 0.5 > -0.5 > metrics["critic/advantages/min"]
+
+
+def test_agent_metrics_count_turns_finishes_and_tool_calls():
+    from megarl.rollout.base import AgentStats
+
+    stats = [AgentStats(assistant_turns=2, tool_calls=1, tool_seconds=0.5, engine_tool_wall_s=0.4),
+             AgentStats(assistant_turns=1, engine_tool_wall_s=0.4),
+             AgentStats(assistant_turns=3, tool_calls=2, tool_errors=1, tool_timeouts=1, tool_seconds=1.0,
+                        engine_tool_wall_s=0.7)]
+    batch = Batch(fields={"agent_stats": stats, "finish_reason": ["answer", "answer", "max_turns"]})
+    assert agent_metrics(batch) == pytest.approx({
+        "multi_turn/assistant_turns/mean": 2.0, "multi_turn/assistant_turns/max": 3.0,
+        "multi_turn/finish/answer": 2 / 3, "multi_turn/finish/max_turns": 1 / 3, "multi_turn/finish/max_tokens": 0.0,
+        "tool/calls_per_sample": 1.0, "tool/errors": 1.0, "tool/timeouts": 1.0, "tool/latency_s": 0.5,
+        "timing_s/tools": 0.7})

@@ -68,6 +68,11 @@ def train_sample(step: int, index: int) -> dict:
         sample.update(ref_log_prob=[x - 0.02 * math.cos(i) for i, x in enumerate(old)],
                       values=[math.sin(i) for i in range(n)], entropy=[0.1 * (i % 5) for i in range(n)],
                       rm_score=0.75, rule_score=1.0)
+    if index == 2:  # a multi-turn sample: a call, the tool's result, the answer
+        sample.update(turns=[{"by": "model", "text": "<tool_call>{...}</tool_call>"},
+                             {"by": "tool", "text": "<tool_response>42</tool_response>"},
+                             {"by": "model", "text": "".join(tokens)}],
+                      agent={"assistant_turns": 2, "tool_calls": 1, "tool_errors": 0, "tool_timeouts": 0})
     return sample
 
 
@@ -159,6 +164,15 @@ def test_heat_strips_have_one_span_per_response_token(dom):
                                                                       tokens).group(1))
     assert {float(title) for title in advantage_titles} == {0.6}
     assert 'style="background: rgba(220, 38, 38, 0.85);"' in tokens  # positive at the strip's max: full red
+
+
+def test_a_multi_turn_response_shows_its_turns_and_marks_the_tool_tokens_untrained(page, tmp_path):
+    dom = chromium(tmp_path, page.as_uri() + "#step=3&sample=2", "--dump-dom").stdout
+    response = section(dom, "stage-response")
+    assert response.count('class="turn turn-model"') == 2 and response.count('class="turn turn-tool"') == 1
+    assert "tool · not trained (masked)" in response
+    assert html.escape("<tool_response>42</tool_response>") in response
+    assert "2 model turns · 1 tool calls, 0 errors, 0 timeouts" in response
 
 
 def test_update_statistics_are_the_steps_actor_and_critic_metrics(dom):

@@ -97,3 +97,13 @@ def test_rollout_correction_weights_and_rejects_in_the_actors_loss(single_runs, 
     rejected = run(model_dir, tmp_path / "rejected.json", 1, "--correction", "reject")
     # Nothing is left in the loss (entropy bonus and KL loss included): no gradient at all.
     assert rejected["metrics"]["actor/pg_loss"] == 0 and rejected["metrics"]["actor/grad_norm"] == 0
+
+
+def test_tool_tokens_carry_no_loss_no_kl_and_no_entropy(model_dir, tmp_path):
+    """Multi-turn responses: tool tokens between the model's turns (loss mask 0) with advantages and reference
+    log-probs of ±1e6 train exactly as with zeros there: same losses, gradient norm and policy after the update."""
+    huge = run(model_dir, tmp_path / "huge.json", 1, "--tool-tokens", "huge")
+    zero = run(model_dir, tmp_path / "zero.json", 1, "--tool-tokens", "zero")
+    assert huge["metrics"] == zero["metrics"]
+    assert huge["after"] == zero["after"]
+    assert any(0 in row[:4] and 1 in row[4:] for row in huge["mask"])  # tool tokens sit inside the responses

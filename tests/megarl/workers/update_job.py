@@ -24,6 +24,9 @@ def main():
     parser.add_argument("--correction", choices=["half", "reject"],
                         help="rollout correction with engine log-probs that make every IS weight 0.5 (half), or every "
                              "token's ratio e^5, outside token rejection's bounds (reject)")
+    parser.add_argument("--tool-tokens", choices=["huge", "zero"],
+                        help="responses with tool tokens (loss mask 0) between the model's turns, whose advantages and "
+                             "reference log-probs are huge, or zero")
     args = parser.parse_args()
 
     from megarl.config import load_config
@@ -49,11 +52,15 @@ def main():
     ])
     prompts = prompt_batch({"prompt_ids": [[5, 17, 33, 2, 9], [40, 41, 42], [7, 8, 9, 10, 11, 12], [99, 3]]})
     lengths = [[8, 3], [5, 8], [1, 6], [7, 4]]
-    responses = [[Response([(p * 7 + k * 3 + j) % 120 + 1 for j in range(n)], [0.0] * n, "length")
+    responses = [[Response([(p * 7 + k * 3 + j) % 120 + 1 for j in range(n)], [0.0] * n, "length",
+                           loss_mask=tool_mask(n) if args.tool_tokens else None)
                   for k, n in enumerate(ns)] for p, ns in enumerate(lengths)]
     batch = with_responses(prompts, responses)
     generator = torch.Generator().manual_seed(0)
     advantages = torch.randn(batch["responses"].shape, generator=generator) * batch["response_mask"]
+    tool = (batch["responses"] > 0).float() - batch["response_mask"]  # the tool tokens' positions
+    off_loss = {"huge": 1e6, "zero": 0.0}.get(args.tool_tokens, 0.0)
+    advantages = advantages + off_loss * tool
     with start_workers(cfg) as cluster:
         actor = ActorGroup(cluster[MAIN_POOL].spawn("actor", ActorWorker, actor_inputs(cfg, total_steps=1)))
         reference = ReferenceGroup(cluster[MAIN_POOL].spawn("reference", ReferenceWorker, reference_inputs(cfg),
@@ -63,7 +70,8 @@ def main():
         batch = batch.union(actor.compute_log_prob(batch))
         ref_log_prob = reference.compute_ref_log_prob(batch)["ref_log_prob"]
         batch = batch.union(Batch({"advantages": advantages,
-                                   "ref_log_prob": batch["old_log_probs"] - 0.05 * batch["response_mask"]}))
+                                   "ref_log_prob": batch["old_log_probs"] - 0.05 * batch["response_mask"]
+                                   - off_loss * tool}))
         if args.correction:
             batch = batch.union(corrected(batch, args.correction))
         metrics = actor.update_actor(batch)
@@ -78,6 +86,11 @@ def main():
                            "advantages": advantages.tolist(), "mask": batch["response_mask"].tolist(),
                            "ref_log_prob": ref_log_prob.tolist(), "critic_metrics": critic_metrics,
                            "values": values.tolist(), "values_after": values_after.tolist()}, f)
+
+
+def tool_mask(length):
+    """A response whose third and fourth tokens are a tool's (0), where it is long enough to end on a model token."""
+    return [0 if 2 <= j <= 3 and length > 4 else 1 for j in range(length)]
 
 
 def corrected(batch, mode):
