@@ -56,8 +56,10 @@ def record(row, name: str = "recipes_gpu.json"):
     record_gpu_row(name, {"dtype": "bf16", "backend": "sglang", **row})
 
 
-# lora: SGLang serves the merged adapters each step; async: one SGLang request per response, scored as it finishes
-TINY_RUNS = {"grpo": ("grpo", ()), "lora": ("lora", ()), "grpo-async": ("grpo", ("rollout.mode=async",))}
+# lora: SGLang serves the merged adapters each step; async: one SGLang request per response, scored as it finishes;
+# tools: the agent loop's trajectories through SGLang's async API, the python tool in the sandbox
+TINY_RUNS = {"grpo": ("grpo", ()), "lora": ("lora", ()), "grpo-async": ("grpo", ("rollout.mode=async",)),
+             "tools": ("tools", ()), "tools-async": ("tools", ("rollout.mode=async",))}
 
 
 @pytest.mark.parametrize("run", sorted(TINY_RUNS))
@@ -75,7 +77,10 @@ def test_tiny_recipe_learns_on_one_gpu(tmp_path, run):
     record({"what": f"tiny-{run}-recipe", "command": "MEGARL_RESULTS_DIR=$OUT python -m pytest "
             f"tests/gpu/test_recipes_gpu.py -k 'tiny and {run}'", "model_shape": "tiny", "scores": scores,
             "validation": validation, "step_s_median": sorted(s["timing_s/step"] for s in steps)[len(steps) // 2],
-            "logprob_mult_error_max": max(s["rollout/logprob_mult_error"] for s in steps)})
+            "logprob_mult_error_max": max(s["rollout/logprob_mult_error"] for s in steps),
+            **({"tool_calls_per_sample": [s["tool/calls_per_sample"] for s in steps],
+                "tools_s_median": sorted(s["timing_s/tools"] for s in steps)[len(steps) // 2]}
+               if recipe == "tools" else {})})
     assert scores[0] <= 0.4 and sum(scores[-3:]) / 3 >= 0.8, scores
     assert validation[0] <= 0.4 and validation[max(validation)] >= 0.8, validation
 
