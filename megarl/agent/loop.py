@@ -75,6 +75,7 @@ class AgentLoop:
         end_of_call = tokenizer.encode(self.parser.end_of_call, add_special_tokens=False)
         # A turn stops at a complete call where the call's end is one token; else it runs to the end of turn.
         self.end_of_call_ids = tuple(end_of_call) if len(end_of_call) == 1 else ()
+        self.workers = workers
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="megarl-tool")
 
     def close(self) -> None:
@@ -85,6 +86,7 @@ class AgentLoop:
         """`params.n` trajectories per prompt on `engine` (its owner), as `RolloutEngine.generate` returns responses
         (with `on_response` as each trajectory ends)."""
         n, clock = params.n, ToolClock()
+        self._slots = asyncio.Semaphore(self.workers)  # made here: it belongs to the event loop run_async runs
 
         async def one(i: int, k: int) -> Response:
             seed = None if params.seed is None else params.seed + TRAJECTORY_SEED_STRIDE * (i * n + k)
@@ -148,6 +150,10 @@ class AgentLoop:
             stats.tool_errors += 1
             return f"Error: there is no tool {call.name!r}; the tools are {sorted(self.tools)}"
         stats.tool_calls += 1
+        async with self._slots:  # the timeout runs from the call's start, not from its wait for a free thread
+            return await self._run_tool(tool, call, stats, clock)
+
+    async def _run_tool(self, tool: Tool, call: ToolCall, stats: AgentStats, clock: ToolClock) -> str:
         timeout, start = self.config.tool_timeout_s, time.perf_counter()
         with clock.call():
             try:

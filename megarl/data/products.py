@@ -1,5 +1,6 @@
-"""The bundled tool-use task of `launch/tiny_cpu.sh tools`: products of two 2-digit numbers, which the tiny model
-cannot work out in its head but can get from the `python` tool, in GSM8K's `#### answer` format.
+"""The bundled tool-use task of `launch/tiny_cpu.sh tools`: 4-digit products of two 2-digit numbers, which the tiny
+model cannot work out in its head but can get from the `python` tool, in GSM8K's `#### answer` format. (Every answer
+has four digits: the tiny model copies the tool's result into its answer reliably only at one length.)
 
 `write_products(out_dir)` writes, in verl's row schema (data_source `synthetic/products`, scored by the GSM8K rule):
 - `train.parquet` / `test.parquet`: RL prompts (`37*58=`).
@@ -56,10 +57,10 @@ def _row(a: int, b: int, split: str, index: int, calls_tool: bool = True) -> dic
 
 def products_splits(train: int = 2000, test: int = 64, sft: int = 2000, tool_rate: float = 0.2,
                     seed: int = 0) -> dict[str, list[dict]]:
-    """Distinct pairs of 2-digit numbers for train and test; `sft` demonstrations on train pairs, each calling the
-    tool with probability `tool_rate`."""
+    """Distinct pairs of 2-digit numbers with a 4-digit product for train and test; `sft` demonstrations on train
+    pairs, each calling the tool with probability `tool_rate`."""
     rng = random.Random(seed)
-    pairs = rng.sample([(a, b) for a in range(10, 100) for b in range(10, 100)], train + test)
+    pairs = rng.sample([(a, b) for a in range(10, 100) for b in range(10, 100) if a * b >= 1000], train + test)
     train_pairs, test_pairs = pairs[:train], pairs[train:]
     demos = [(a, b, rng.random() < tool_rate) for a, b in rng.choices(train_pairs, k=sft)]
     return {
