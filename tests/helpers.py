@@ -154,11 +154,20 @@ def run_one_rank(worker: Path, *args, out: Path, env: dict, timeout: int = 300) 
 
 def run_layout(model_dir: Path, out: Path, tp: int, pp: int, cp: int, nproc: int, extra=(), timeout=300) -> dict:
     """tests/megarl/models/dist_worker.py's results for one parallel layout, under torchrun."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), str(DIST_WORKER),
-           str(model_dir), str(out), "--tp", str(tp), "--pp", str(pp), "--cp", str(cp), *extra]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV)
+    return run_layouts(DIST_WORKER, [(model_dir, out, (tp, pp, cp), list(extra))], nproc, timeout)[0]
+
+
+def run_layouts(worker: Path, jobs: list, nproc: int, timeout=300) -> list[dict]:
+    """A layout worker's results for each of `jobs` (model_dir, out, (tp, pp, cp), the worker's other arguments),
+    one after another in one torchrun launch of `nproc` ranks (see dist_worker.py's `run_each_layout`)."""
+    args = []
+    for model_dir, out, (tp, pp, cp), extra in jobs:
+        args += ["--and"] if args else []
+        args += [str(model_dir), str(out), "--tp", str(tp), "--pp", str(pp), "--cp", str(cp), *map(str, extra)]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), str(worker), *args]
+    proc = run_command(cmd, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    return json.loads(out.read_text())
+    return [json.loads(Path(out).read_text()) for _, out, _, _ in jobs]
 
 
 def run_job(model_dir, out, launcher, *extra, timeout=240):

@@ -1,7 +1,8 @@
-"""One parallel layout's view of a model, run under torchrun by test_layouts.py (CPU, fp32) and
-tests/gpu/test_models_gpu.py (bf16).
+"""Parallel layouts' views of a model (one layout or several in one launch), run under torchrun by test_layouts.py
+(CPU, fp32) and tests/gpu/test_models_gpu.py (bf16).
 
 usage: torchrun --nproc-per-node N dist_worker.py MODEL_DIR OUT_JSON --tp T --pp P --cp C [--bf16] [--length-scale K]
+                 [--and MODEL_DIR OUT_JSON --tp T ...]   (several layouts in one launch, one after another)
 Rank 0 writes: log-probs, entropy and values of fixed sequences, actor and critic gradient norms of one
 step, log-probs after it, max |Δ| against HF transformers in fp32 (and, in bf16 runs, HF's own bf16 error
 as the yardstick), the export round trip, packed vs padded.
@@ -9,6 +10,8 @@ as the yardstick), the export round trip, packed vs padded.
 
 import argparse
 import json
+import sys
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -75,58 +78,56 @@ def layout_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def run_each_layout(parser: argparse.ArgumentParser, run_one: Callable[[argparse.Namespace], dict],
+                    seed: int = 7) -> None:
+    """`run_one` for each job of the command line (`MODEL_DIR OUT --tp T ... [--and MODEL_DIR OUT ...]`) in turn,
+    each on a megatron mesh of its own built and torn down around it over the one default group, and its result
+    written by rank 0 to its OUT. One launch for several layouts spares each further layout the process start-up
+    (torch, megatron and transformers imports: ~12 s on the CI's CPUs)."""
+    cpu_compat.enable()  # a CPU test: megatron through the CPU shim
+    topology.init_distributed(timeout_s=300)
+    for argv in split_jobs(sys.argv[1:]):
+        args = parser.parse_args(argv)
+        topology.init_model_parallel(tp=args.tp, pp=args.pp, cp=args.cp, seed=seed)
+        result = run_one(args)
+        if dist.get_rank() == 0:
+            with open(args.out, "w") as f:
+                json.dump(result, f)
+        dist.barrier()
+        parallel_state.destroy_model_parallel()
+    topology.destroy()
+
+
+def split_jobs(argv: list[str]) -> list[list[str]]:
+    jobs = [[]]
+    for arg in argv:
+        if arg == "--and":
+            jobs.append([])
+        else:
+            jobs[-1].append(arg)
+    return jobs
+
+
 def main():
     parser = layout_parser()
     parser.add_argument("--bf16", action="store_true")
     parser.add_argument("--length-scale", type=int, default=1)
-    args = parser.parse_args()
-    model_dir, out, tp, pp, cp, bf16 = args.model_dir, args.out, args.tp, args.pp, args.cp, args.bf16
+    run_each_layout(parser, layout_result)
+
+
+def layout_result(args: argparse.Namespace) -> dict:
+    """This layout's numbers (rank 0's are the ones written)."""
     lengths = [n * args.length_scale for n in BASE_LENGTHS]
-    cpu_compat.enable()  # a CPU test: megatron through the CPU shim
-    topology.init_distributed(timeout_s=300)
-    topology.init_model_parallel(tp=tp, pp=pp, cp=cp, seed=7)
-    megatron = MegatronConfig(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp)
+    megatron = MegatronConfig(tensor_model_parallel_size=args.tp, pipeline_model_parallel_size=args.pp,
+                              context_parallel_size=args.cp)
     optim = OptimConfig(lr=1e-3, weight_decay=0.0, clip_grad=1e9)
-    result = {}
-
-    actor = build_actor(model_dir, megatron, optim, total_steps=1, bf16=bf16)
-    device = actor.device
-    vocab = actor.bridge.hf_config.vocab_size
-    seqs = sequences(vocab, lengths)
+    actor = build_actor(args.model_dir, megatron, optim, total_steps=1, bf16=args.bf16)
+    seqs = sequences(actor.bridge.hf_config.vocab_size, lengths)
     before = actor.logprobs(seqs, MICRO_BATCHES, with_entropy=True)
-    result["logprobs"] = [t.tolist() for t in before["logprobs"]]
-    result["entropy"] = [t.tolist() for t in before["entropy"]]
-
-    hf_names = {name: tensor.cpu() for name, tensor in actor.export_hf()}
-    if dist.get_rank() == 0:
-        from safetensors.torch import load_file
-
-        original = load_file(f"{model_dir}/model.safetensors")
-        result["export_exact"] = sorted(original) == sorted(hf_names) and all(
-            torch.equal(original[k], hf_names[k]) for k in original
-        )
-        reference = hf_logprobs(model_dir, seqs, torch.float32, device)
-        mine = [lp.cpu() for lp in before["logprobs"]]
-        result["hf_max_abs_diff"] = max((a - b).abs().max().item() for a, b in zip(mine, reference))
-        result["hf_mean_abs_diff"] = float(torch.cat([(a - b).abs() for a, b in zip(mine, reference)]).mean())
-        if bf16:
-            hf_bf16 = hf_logprobs(model_dir, seqs, torch.bfloat16, device)
-            result["hf_bf16_max_abs_diff"] = max((a - b).abs().max().item() for a, b in zip(hf_bf16, reference))
-            result["hf_bf16_mean_abs_diff"] = float(torch.cat([(a - b).abs() for a, b in zip(hf_bf16, reference)]).mean())
-
-    if pp == 1 and cp == 1:  # the padded computation: one right-padded batch, no packing
-        width = max(lengths)
-        ids = torch.zeros(len(seqs), width, dtype=torch.long, device=device)
-        for i, seq in enumerate(seqs):
-            ids[i, : len(seq)] = seq
-        with torch.no_grad():
-            logits = actor.chunks[0](input_ids=ids, position_ids=None, attention_mask=None)
-        labels = torch.cat([ids[:, 1:], torch.zeros_like(ids[:, :1])], dim=1)
-        padded, _ = vocab_parallel_logprobs_and_entropy(logits, labels, with_entropy=False)
-        result["packed_vs_padded"] = max(
-            (padded[i, : n - 1] - before["logprobs"][i]).abs().max().item() for i, n in enumerate(lengths)
-        )
-
+    result = {"logprobs": [t.tolist() for t in before["logprobs"]], "entropy": [t.tolist() for t in before["entropy"]]}
+    result.update(hf_comparison(args.model_dir, actor, seqs, before["logprobs"], args.bf16))
+    if args.pp == 1 and args.cp == 1:  # the padded computation: one right-padded batch, no packing
+        result["packed_vs_padded"] = packed_vs_padded(actor, seqs, before["logprobs"])
     masks = response_masks(lengths)
     total_tokens = float(sum(m.sum() for m in masks))
     advantages = [torch.linspace(-1, 1, n - 1) * (1 if i % 2 else -1) for i, n in enumerate(lengths)]
@@ -138,20 +139,62 @@ def main():
         pg_loss, *_ = compute_policy_loss(f["old"], logprobs, f["adv"], f["mask"], batch_num_tokens=total_tokens)
         return pg_loss, {"pg_loss": pg_loss}
 
-    step = actor.train_step(packed(seqs, my_micro_batches(), fields, device), actor_loss)
+    step = actor.train_step(packed(seqs, my_micro_batches(), fields, actor.device), actor_loss)
     result["actor_grad_norm"] = step["grad_norm"]
-    if dist.get_world_size() == 1 and not bf16:  # activation recomputation changes memory, not gradients
-        recomputed = build_actor(model_dir, MegatronConfig(recompute_granularity="full"), optim, total_steps=1)
-        batches = packed(seqs, my_micro_batches(), fields, device)
+    if dist.get_world_size() == 1 and not args.bf16:  # activation recomputation changes memory, not gradients
+        recomputed = build_actor(args.model_dir, MegatronConfig(recompute_granularity="full"), optim, total_steps=1)
+        batches = packed(seqs, my_micro_batches(), fields, actor.device)
         result["recompute_grad_norm"] = recomputed.train_step(batches, actor_loss)["grad_norm"]
         del recomputed
     result["logprobs_after"] = [t.tolist() for t in actor.logprobs(seqs, MICRO_BATCHES)["logprobs"]]
-
+    device = actor.device
     del actor
-    critic = build_critic(model_dir, megatron, optim, total_steps=1, seed=3, bf16=bf16)
+    result.update(critic_result(args, megatron, optim, seqs, masks, device))
+    result.update(reference_result(args, megatron, seqs, before["logprobs"]))
+    result["lengths"] = lengths
+    return result
+
+
+def hf_comparison(model_dir, actor, seqs, logprobs, bf16: bool) -> dict:
+    """On rank 0: the export round trip, and max and mean |Δ| of the log-probs against HF transformers (in bf16
+    runs also HF's own bf16 error, the yardstick). Every rank takes part in the export."""
+    hf_names = {name: tensor.cpu() for name, tensor in actor.export_hf()}
+    if dist.get_rank() != 0:
+        return {}
+    from safetensors.torch import load_file
+
+    original = load_file(f"{model_dir}/model.safetensors")
+    result = {"export_exact": sorted(original) == sorted(hf_names) and all(
+        torch.equal(original[k], hf_names[k]) for k in original)}
+    reference = hf_logprobs(model_dir, seqs, torch.float32, actor.device)
+    mine = [lp.cpu() for lp in logprobs]
+    result["hf_max_abs_diff"] = max((a - b).abs().max().item() for a, b in zip(mine, reference))
+    result["hf_mean_abs_diff"] = float(torch.cat([(a - b).abs() for a, b in zip(mine, reference)]).mean())
+    if bf16:
+        hf_bf16 = hf_logprobs(model_dir, seqs, torch.bfloat16, actor.device)
+        result["hf_bf16_max_abs_diff"] = max((a - b).abs().max().item() for a, b in zip(hf_bf16, reference))
+        result["hf_bf16_mean_abs_diff"] = float(torch.cat([(a - b).abs() for a, b in zip(hf_bf16, reference)]).mean())
+    return result
+
+
+def packed_vs_padded(actor, seqs, logprobs) -> float:
+    """max |Δ| between the packed log-probs and those of one right-padded batch."""
+    ids = torch.zeros(len(seqs), max(len(seq) for seq in seqs), dtype=torch.long, device=actor.device)
+    for i, seq in enumerate(seqs):
+        ids[i, : len(seq)] = seq
+    with torch.no_grad():
+        logits = actor.chunks[0](input_ids=ids, position_ids=None, attention_mask=None)
+    labels = torch.cat([ids[:, 1:], torch.zeros_like(ids[:, :1])], dim=1)
+    padded, _ = vocab_parallel_logprobs_and_entropy(logits, labels, with_entropy=False)
+    return max((padded[i, : len(seq) - 1] - logprobs[i]).abs().max().item() for i, seq in enumerate(seqs))
+
+
+def critic_result(args, megatron, optim, seqs, masks, device) -> dict:
+    """The critic's values and the gradient norm of one value-loss step."""
+    critic = build_critic(args.model_dir, megatron, optim, total_steps=1, seed=3, bf16=args.bf16)
     values = critic.values(seqs, MICRO_BATCHES)
-    result["values"] = [t.tolist() for t in values]
-    returns = [torch.full((n - 1,), 0.5) for n in lengths]
+    returns = [torch.full((len(seq) - 1,), 0.5) for seq in seqs]
+    total_tokens = float(sum(m.sum() for m in masks))
 
     def critic_loss(output, batch):
         f = batch.token_fields
@@ -160,24 +203,21 @@ def main():
         return vf_loss, {}
 
     fields = {"returns": returns, "values": values, "mask": masks}
-    result["critic_grad_norm"] = critic.train_step(packed(seqs, my_micro_batches(), fields, device), critic_loss)["grad_norm"]
-    del critic
+    grad_norm = critic.train_step(packed(seqs, my_micro_batches(), fields, device), critic_loss)["grad_norm"]
+    return {"values": [t.tolist() for t in values], "critic_grad_norm": grad_norm}
 
-    reference = build_reference(model_dir, megatron, bf16=bf16)
+
+def reference_result(args, megatron, seqs, logprobs) -> dict:
+    """The reference's max |Δ| from the actor's first log-probs (and, on a GPU, the bytes it leaves there)."""
+    reference = build_reference(args.model_dir, megatron, bf16=args.bf16)
+    result = {}
     if torch.cuda.is_available():
         result["reference_offloaded_gpu_bytes"] = sum(
             t.numel() * t.element_size() for chunk in reference.chunks for t in chunk.parameters() if t.is_cuda
         )
     ref_logprobs = reference.logprobs(seqs, MICRO_BATCHES)["logprobs"]
-    result["reference_max_abs_diff"] = max((a - b).abs().max().item() for a, b in zip(ref_logprobs, before["logprobs"]))
-    result["lengths"] = lengths
-
-    if dist.get_rank() == 0:
-        with open(out, "w") as f:
-            json.dump(result, f)
-    dist.barrier()
-    topology.destroy()
-
+    result["reference_max_abs_diff"] = max((a - b).abs().max().item() for a, b in zip(ref_logprobs, logprobs))
+    return result
 
 if __name__ == "__main__":
     main()

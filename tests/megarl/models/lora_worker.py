@@ -1,14 +1,13 @@
-"""A LoRA actor in one parallel layout, run under torchrun by test_lora.py (CPU, fp32).
+"""A LoRA actor in a parallel layout (one or several in one launch), run under torchrun by test_lora.py (CPU, fp32).
 
 usage: torchrun --nproc-per-node N lora_worker.py MODEL_DIR OUT_JSON --tp T --pp P --cp C [--checkpoint DIR]
+                 [--and MODEL_DIR OUT_JSON --tp T ...]   (several layouts in one launch, one after another)
 Rank 0 writes: the log-probs of fixed sequences with the adapters as initialised (B = 0), without them, and from
 the full model; after setting every B to a fixed layout-independent draw, log-probs and the merged weights' sums;
 the parameters the optimizer holds; one PPO step's grad norm and the log-probs after it; whether the frozen base
 changed. With --checkpoint it saves a training checkpoint after the step, then loads it into a fresh actor and
 reports that actor's log-probs.
 """
-
-import json
 
 import torch
 import torch.distributed as dist
@@ -17,8 +16,8 @@ from megatron.core import parallel_state
 from megarl.config.schema import LoRAConfig, MegatronConfig, OptimConfig
 from megarl.models.checkpoint import load_training_checkpoint, save_training_checkpoint
 from megarl.models.roles import build_actor
-from parallel import cpu_compat, topology
-from tests.megarl.models.dist_worker import layout_parser, my_micro_batches, packed, response_masks, sequences
+from tests.megarl.models.dist_worker import (layout_parser, my_micro_batches, packed, response_masks, run_each_layout,
+                                             sequences)
 
 LENGTHS = (9, 14, 6, 11, 8, 13, 7, 10)
 LORA = LoRAConfig(rank=4, alpha=8.0)
@@ -81,10 +80,11 @@ def build(model_dir, args, lora=LORA):
 def main():
     parser = layout_parser()
     parser.add_argument("--checkpoint", default=None)
-    args = parser.parse_args()
-    cpu_compat.enable()  # a CPU test: megatron through the CPU shim
-    topology.init_distributed(timeout_s=300)
-    topology.init_model_parallel(tp=args.tp, pp=args.pp, cp=args.cp)
+    run_each_layout(parser, lora_result, seed=1)
+
+
+def lora_result(args) -> dict:
+    """This layout's numbers (rank 0's are the ones written)."""
     torch.manual_seed(0)
     seqs = sequences(128, LENGTHS)
     full = build(args.model_dir, args, lora=None)
@@ -116,10 +116,7 @@ def main():
         result["restored"] = gathered_logprobs(restored, seqs)
         ppo_step(restored, seqs)
         result["restored_second_step"] = gathered_logprobs(restored, seqs)
-    if dist.get_rank() == 0:
-        with open(args.out, "w") as f:
-            json.dump(result, f)
-    topology.destroy()
+    return result
 
 
 if __name__ == "__main__":

@@ -3,20 +3,32 @@ the weights after an optimizer step (CPU, gloo, 2 processes, fp32), and matches 
 
 import pytest
 
-from tests.helpers import LAYOUTS, make_model, max_abs, run_layout
+from tests.helpers import DIST_WORKER, LAYOUTS, make_model, max_abs, run_layouts
 
 FAMILY_LAYOUTS = {"qwen2": ["tp2", "pp2", "cp2", "dp2"], "qwen3": ["tp2", "pp2", "cp2"], "llama": ["tp2", "pp2"]}
 
 
-@pytest.fixture(scope="module", params=sorted(FAMILY_LAYOUTS))
-def family_runs(request, tmp_path_factory):
-    family = request.param
-    root = tmp_path_factory.mktemp(family)
-    model_dir = make_model(family, root / "model")
-    runs = {"single": run_layout(model_dir, root / "single.json", 1, 1, 1, nproc=1)}
-    for name in FAMILY_LAYOUTS[family]:
-        runs[name] = run_layout(model_dir, root / f"{name}.json", *LAYOUTS[name], nproc=2)
-    return family, runs
+@pytest.fixture(scope="module")
+def every_run(tmp_path_factory):
+    """family: {layout: results}. Every family's single-rank runs in one launch, and all their 2-rank layouts in
+    another: a launch per layout would add a process start-up each."""
+    root = tmp_path_factory.mktemp("layouts")
+    models = {family: make_model(family, root / family / "model") for family in FAMILY_LAYOUTS}
+    singles = [(models[family], root / family / "single.json", (1, 1, 1), []) for family in FAMILY_LAYOUTS]
+    layouts = [(models[family], root / family / f"{name}.json", LAYOUTS[name], [])
+               for family, names in FAMILY_LAYOUTS.items() for name in names]
+    runs = {family: {} for family in FAMILY_LAYOUTS}
+    for family, result in zip(FAMILY_LAYOUTS, run_layouts(DIST_WORKER, singles, nproc=1)):
+        runs[family]["single"] = result
+    named = [(family, name) for family, names in FAMILY_LAYOUTS.items() for name in names]
+    for (family, name), result in zip(named, run_layouts(DIST_WORKER, layouts, nproc=2, timeout=600)):
+        runs[family][name] = result
+    return runs
+
+
+@pytest.fixture(params=sorted(FAMILY_LAYOUTS))
+def family_runs(request, every_run):
+    return request.param, every_run[request.param]
 
 
 def test_matches_hf_and_round_trips(family_runs):

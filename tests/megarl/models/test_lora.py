@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from megarl.plan.shape import ModelShape
-from tests.helpers import ENV, LAYOUTS, REPO_ROOT, make_model, max_abs, run_command
+from tests.helpers import ENV, LAYOUTS, REPO_ROOT, make_model, max_abs, run_command, run_layouts
 from tests.megarl.models.dist_worker import sequences
 
 WORKER = REPO_ROOT / "tests/megarl/models/lora_worker.py"
@@ -19,23 +19,15 @@ TARGET_WEIGHTS = [f"decoder.layers.{i}.{layer}.weight" for i in range(2) for lay
                   ("mlp.linear_fc1", "mlp.linear_fc2", "self_attention.linear_proj", "self_attention.linear_qkv")]
 
 
-def run_worker(model_dir, out, layout, nproc, *extra):
-    tp, pp, cp = layout
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), str(WORKER), str(model_dir),
-           str(out), "--tp", str(tp), "--pp", str(pp), "--cp", str(cp), *extra]
-    proc = run_command(cmd, timeout=300, env=ENV)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    return json.loads(out.read_text())
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
+    """The single-rank run, and the 2-rank layouts in one launch (a launch each would add a process start-up each)."""
     root = tmp_path_factory.mktemp("lora")
     model_dir = make_model("qwen3", root / "model")  # tied embeddings, QK norms
-    results = {"single": run_worker(model_dir, root / "single.json", (1, 1, 1), 1)}
-    results["tp2"] = run_worker(model_dir, root / "tp2.json", LAYOUTS["tp2"], 2, "--checkpoint", str(root / "ckpt"))
-    for name in ("pp2", "cp2"):
-        results[name] = run_worker(model_dir, root / f"{name}.json", LAYOUTS[name], 2)
+    results = {"single": run_layouts(WORKER, [(model_dir, root / "single.json", (1, 1, 1), [])], nproc=1)[0]}
+    layouts = [(model_dir, root / "tp2.json", LAYOUTS["tp2"], ["--checkpoint", root / "ckpt"])]
+    layouts += [(model_dir, root / f"{name}.json", LAYOUTS[name], []) for name in ("pp2", "cp2")]
+    results.update(zip(("tp2", "pp2", "cp2"), run_layouts(WORKER, layouts, nproc=2, timeout=600)))
     return root, results
 
 

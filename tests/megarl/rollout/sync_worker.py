@@ -1,9 +1,7 @@
 """Run under torchrun by test_sync.py: train a megatron actor one step (TP/PP layout from the arguments), stream
 its weights into transformers rollout engines of --rollout-tp ranks, generate, and compare the engines' log-probs
-and weights with the trainer's. Rank 0 writes the JSON."""
-
-import argparse
-import json
+and weights with the trainer's. Rank 0 writes the JSON. Several layouts run one after another in one launch:
+`MODEL_DIR OUT --tp T ... [--and MODEL_DIR OUT --tp T ...]` (tests/megarl/models/dist_worker.py's run_each_layout)."""
 
 import torch
 import torch.distributed as dist
@@ -17,24 +15,55 @@ from megarl.models.roles import build_actor
 from megarl.models.to_hf import AttentionShape, megatron_to_hf
 from megarl.rollout import SamplingParams
 from megarl.rollout.transformers_engine import TransformersEngine
-from parallel import cpu_compat, topology
 from parallel.engines import place_engines
 from parallel.reshard import WeightStreamer
+from tests.megarl.models.dist_worker import layout_parser, run_each_layout
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("model_dir")
-    parser.add_argument("out")
-    parser.add_argument("--tp", type=int, default=1)
-    parser.add_argument("--pp", type=int, default=1)
+    parser = layout_parser()
     parser.add_argument("--rollout-tp", type=int, default=1)
     parser.add_argument("--bucket-bytes", type=int, default=4096)
-    args = parser.parse_args()
+    run_each_layout(parser, sync_result, seed=1)
 
-    cpu_compat.enable()  # a CPU test: megatron through the CPU shim
-    topology.init_distributed(timeout_s=120)
-    topology.init_model_parallel(tp=args.tp, pp=args.pp)
+
+PROMPTS = [[5, 17, 33, 2, 9], [40, 41, 42]]
+
+
+def sync_result(args) -> dict:
+    """This layout's sync, as rank 0 reports it."""
+    actor = trained_actor(args)
+    placement = place_engines(args.tp, args.rollout_tp)
+    slot, slots = placement.slot, placement.slots
+    engine = TransformersEngine(args.model_dir, engine_ranks=slot.engine_ranks, group=placement.group)
+    hf_config = load_hf_config(args.model_dir)
+    attention, tied = AttentionShape.of(hf_config), bool(getattr(hf_config, "tie_word_embeddings", False))
+    streamer = WeightStreamer(actor.named_parameters, lambda n, t: megatron_to_hf(n, t, attention, tied), slot, slots,
+                              pp_group=parallel_state.get_pipeline_model_parallel_group(),
+                              bucket_bytes=args.bucket_bytes)
+    held_before = engine.held_bytes()
+    engine.release_memory()
+    held_released = engine.held_bytes()
+    engine.resume_memory(["weights"])
+    stats = streamer.sync(engine.load_weights)
+    engine.resume_memory(["kv_cache"])
+    everything = [None] * dist.get_world_size()
+    dist.all_gather_object(everything, generated(engine, slot.engine))
+    owners = [e for e in everything if e["responses"] is not None]
+    result = compared_with_the_trainer(actor, owners)
+    result.update({
+        "engines": sorted({e["engine"] for e in everything}), "owners": len(owners),
+        "slot": [s.engine_rank for s in slots],
+        "finish_reasons": sorted({r[2] for o in owners for rs in o["responses"] for r in rs}),
+        "held_before": held_before, "held_released": held_released,
+        "bytes_received": stats.bytes_received, "buckets": stats.buckets, "tensors": stats.tensors,
+        "peak_extra_bytes": stats.peak_extra_bytes,
+    })
+    return result
+
+
+def trained_actor(args):
+    """The actor after one update, so the engine's weights on disk are stale and only a correct sync can match it."""
     megatron = MegatronConfig(tensor_model_parallel_size=args.tp, pipeline_model_parallel_size=args.pp)
     actor = build_actor(args.model_dir, megatron, OptimConfig(lr=1e-2, weight_decay=0.0), total_steps=1)
 
@@ -42,42 +71,27 @@ def main():
         logprobs, _ = vocab_parallel_logprobs_and_entropy(logits, packed.labels)
         return -logprobs.float().mean(), {}
 
-    # One update, so the engine's weights on disk are stale and only a correct sync can match the trainer.
     actor.train_step([pack_sequences([torch.arange(3, 40) % 128, torch.arange(50, 70)])], loss_fn)
+    return actor
 
-    world, rank = dist.get_world_size(), dist.get_rank()
-    placement = place_engines(args.tp, args.rollout_tp)
-    slot, slots = placement.slot, placement.slots
-    engine = TransformersEngine(args.model_dir, engine_ranks=slot.engine_ranks, group=placement.group)
 
-    hf_config = load_hf_config(args.model_dir)
-    attention, tied = AttentionShape.of(hf_config), bool(getattr(hf_config, "tie_word_embeddings", False))
-    streamer = WeightStreamer(actor.named_parameters, lambda n, t: megatron_to_hf(n, t, attention, tied), slot, slots,
-                              pp_group=parallel_state.get_pipeline_model_parallel_group(),
-                              bucket_bytes=args.bucket_bytes)
-
-    held_before = engine.held_bytes()
-    engine.release_memory()
-    held_released = engine.held_bytes()
-    engine.resume_memory(["weights"])
-    stats = streamer.sync(engine.load_weights)
-    engine.resume_memory(["kv_cache"])
-
-    prompts = [[5, 17, 33, 2, 9], [40, 41, 42]]
-    params = SamplingParams(n=2, temperature=1.0, max_new_tokens=6, seed=11 + slot.engine)
-    local = {"engine": slot.engine, "responses": None, "weights": None}
+def generated(engine, engine_index: int) -> dict:
+    """An owner's responses to PROMPTS and its weights (None on the other ranks of its engine)."""
+    params = SamplingParams(n=2, temperature=1.0, max_new_tokens=6, seed=11 + engine_index)
+    local = {"engine": engine_index, "responses": None, "weights": None}
     if engine.is_owner:
-        responses = engine.generate(prompts, params)
+        responses = engine.generate(PROMPTS, params)
         local["responses"] = [[(r.token_ids, r.logprobs, r.finish_reason) for r in rs] for rs in responses]
         local["weights"] = {n: p.detach().clone() for n, p in engine.model.named_parameters()}
-    everything = [None] * world
-    dist.all_gather_object(everything, local)
+    return local
 
+
+def compared_with_the_trainer(actor, owners) -> dict:
+    """The engines' log-probs against the trainer's on what they sampled, and their weights against its export."""
     exported = {name: tensor.clone() for name, tensor in actor.export_hf()}
-    owners = [e for e in everything if e["responses"] is not None]
     sequences, rollout_lps = [], []
     for owner in owners:
-        for prompt, responses in zip(prompts, owner["responses"]):
+        for prompt, responses in zip(PROMPTS, owner["responses"]):
             for tokens, logprobs, _ in responses:
                 sequences.append((prompt, tokens))
                 rollout_lps.append(logprobs)
@@ -89,19 +103,8 @@ def main():
         name in owner["weights"] and torch.equal(owner["weights"][name], tensor)
         for owner in owners for name, tensor in exported.items()
     )
-    if rank == 0:
-        with open(args.out, "w") as f:
-            json.dump({
-                "engines": sorted({e["engine"] for e in everything}), "owners": len(owners),
-                "slot": [s.engine_rank for s in slots], "logprob_max_abs_diff": max(diffs), "tokens": len(diffs),
-                "finish_reasons": sorted({r[2] for o in owners for rs in o["responses"] for r in rs}),
-                "weights_exact": weights_exact, "weight_names": len(exported),
-                "held_before": held_before, "held_released": held_released,
-                "bytes_received": stats.bytes_received, "buckets": stats.buckets, "tensors": stats.tensors,
-                "peak_extra_bytes": stats.peak_extra_bytes,
-            }, f)
-    topology.destroy()
-
+    return {"logprob_max_abs_diff": max(diffs), "tokens": len(diffs), "weights_exact": weights_exact,
+            "weight_names": len(exported)}
 
 if __name__ == "__main__":
     main()

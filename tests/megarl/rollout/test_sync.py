@@ -2,14 +2,9 @@
 engines fed by the reshard layer hold exactly the trainer's weights and their log-probs of what they sample
 equal the trainer's, for every training layout → rollout TP pairing."""
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
-from tests.helpers import REPO_ROOT, make_model
+from tests.helpers import REPO_ROOT, make_model, run_layouts
 
 WORKER = REPO_ROOT / "tests/megarl/rollout/sync_worker.py"
 LAYOUTS = {  # name: (train TP, PP, rollout TP)
@@ -20,24 +15,30 @@ LAYOUTS = {  # name: (train TP, PP, rollout TP)
 }
 
 
-@pytest.fixture(scope="module", params=["qwen2", "qwen3"])
-def model_dir(request, tmp_path_factory):
-    return make_model(request.param, tmp_path_factory.mktemp(request.param) / "model")
+FAMILIES = ["qwen2", "qwen3"]
 
 
 def run_sync(model_dir, out, tp, pp, rollout_tp, nproc=2) -> dict:
-    env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), str(WORKER),
-           str(model_dir), str(out), "--tp", str(tp), "--pp", str(pp), "--rollout-tp", str(rollout_tp)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    return json.loads(out.read_text())
+    return run_layouts(WORKER, [(model_dir, out, (tp, pp, 1), ["--rollout-tp", rollout_tp])], nproc)[0]
+
+
+@pytest.fixture(scope="module")
+def every_sync(tmp_path_factory):
+    """(family, layout): the sync's results. All of them in one 2-process launch: a launch each would add a
+    process start-up each."""
+    root = tmp_path_factory.mktemp("sync")
+    models = {family: make_model(family, root / family / "model") for family in FAMILIES}
+    cases = [(family, layout) for family in FAMILIES for layout in sorted(LAYOUTS)]
+    jobs = [(models[family], root / family / f"{layout}.json", (*LAYOUTS[layout][:2], 1),
+             ["--rollout-tp", LAYOUTS[layout][2]]) for family, layout in cases]
+    return dict(zip(cases, run_layouts(WORKER, jobs, nproc=2, timeout=600)))
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
-def test_engines_match_the_trainer_after_sync(model_dir, tmp_path, layout):
+@pytest.mark.parametrize("family", FAMILIES)
+def test_engines_match_the_trainer_after_sync(every_sync, family, layout):
     tp, pp, rollout_tp = LAYOUTS[layout]
-    result = run_sync(model_dir, tmp_path / "sync.json", tp, pp, rollout_tp)
+    result = every_sync[family, layout]
     assert result["owners"] == 2 // rollout_tp and result["tokens"] > 0
     assert result["weights_exact"]  # every engine holds the trainer's exported HF tensors bit for bit
     assert result["logprob_max_abs_diff"] <= 1e-5
