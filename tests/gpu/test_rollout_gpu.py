@@ -23,6 +23,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 SHAPE = "qwen2.5-0.5b"
 LAYOUTS = [(1, 1), (2, 2), (2, 1)]  # (training TP, rollout TP)
 TEST_OF_SHAPE = {"qwen3-0.6b": "qwen3_shape", "qwen3-8b": "qwen3_8b"}  # `-k` selecting a row's test
+WORKER_TIMEOUT_S = 540
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +87,17 @@ def _run_worker(model_dir, out, tp, rollout_tp, *options) -> dict:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(gpus),
            str(REPO_ROOT / "tests/gpu/rollout_worker.py"), str(model_dir), str(out), "--tp", str(tp),
            "--rollout-tp", str(rollout_tp), "--weight-check", *options]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-8000:]
+    # The worker's output goes to a file as it runs (into the results directory when there is one), and it is stopped
+    # before a device call's 600 s: a run that hangs or is slow leaves its log, not nothing.
+    logs = Path(os.environ.get("MEGARL_RESULTS_DIR") or Path(out).parent)
+    log = logs / f"rollout-worker-tp{tp}-to-tp{rollout_tp}.log"
+    with open(log, "w") as output:
+        try:
+            code: int | str = subprocess.run(cmd, stdout=output, stderr=subprocess.STDOUT, timeout=WORKER_TIMEOUT_S,
+                                             env=env).returncode
+        except subprocess.TimeoutExpired:
+            code = f"stopped after {WORKER_TIMEOUT_S} s"
+    assert code == 0, f"{code}: {log}\n" + log.read_text()[-8000:]
     return json.loads(Path(out).read_text())
 
 
