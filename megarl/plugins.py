@@ -38,6 +38,17 @@ def load_named(spec: str, key: str, kind: str, error: type[PluginSpecError] = Pl
     return found
 
 
+def registered_or_user_class(name: str, registry, key: str, base: type, shown_as: str) -> type:
+    """The class a recipe names at `key`: `registry`'s entry, or user code as 'path/to/file.py:Class' or
+    'package.module:Class', which must subclass `base` (`shown_as`: its public name, for the error)."""
+    if ":" not in name:
+        return registry.get(name)
+    cls = load_named(name, key, "class")
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise PluginSpecError(f"{key}: {name!r} is not a subclass of {shown_as}")
+    return cls
+
+
 def _load_file(path: str, spec: str, key: str, error: type[PluginSpecError]):
     file = Path(path).expanduser()
     module_name = f"megarl_user_{abs(hash(str(file.resolve())))}"

@@ -98,6 +98,14 @@ def make_model(family: str, path: Path) -> Path:
     return path
 
 
+def launch_workdir(root: Path) -> Path:
+    """`root` made a working directory that sees the repo's recipes and launchers (launch/tiny_cpu.sh's outputs stay
+    in it)."""
+    for name in ("recipes", "launch"):
+        (root / name).symlink_to(REPO_ROOT / name)
+    return root
+
+
 def run_command(cmd: list[str], timeout: float, cwd: Path = REPO_ROOT, env: dict | None = None
                 ) -> subprocess.CompletedProcess:
     """`subprocess.run(cmd, capture_output=True, text=True)` with the output in files, not pipes: a process the

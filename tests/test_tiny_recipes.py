@@ -9,18 +9,14 @@ import json
 
 import pytest
 
-from tests.helpers import ENV, REPO_ROOT, WALL_CLOCK, run_command
+from tests.helpers import ENV, WALL_CLOCK, launch_workdir, run_command
 
 VAL = "val-core/synthetic/arithmetic/reward/mean@1"
 
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
-    """A working directory that sees the repo's recipes and launchers; outputs stay in it."""
-    root = tmp_path_factory.mktemp("tiny")
-    for name in ("recipes", "launch"):
-        (root / name).symlink_to(REPO_ROOT / name)
-    return root
+    return launch_workdir(tmp_path_factory.mktemp("tiny"))
 
 
 def run_recipe(workdir, algorithm, launcher):

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.helpers import ENV, REPO_ROOT, WALL_CLOCK, run_command
+from tests.helpers import ENV, WALL_CLOCK, launch_workdir, run_command
 
 VAL = "val-core/synthetic/products/reward/mean@1"
 pytestmark = pytest.mark.timeout(1200)  # the warm start and 25 steps of two turns a sample, on 2 cores
@@ -15,10 +15,7 @@ pytestmark = pytest.mark.timeout(1200)  # the warm start and 25 steps of two tur
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tools")
-    for name in ("recipes", "launch"):
-        (root / name).symlink_to(REPO_ROOT / name)
-    return root
+    return launch_workdir(tmp_path_factory.mktemp("tools"))
 
 
 def run_tools(workdir, name, launcher, *overrides):

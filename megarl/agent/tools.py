@@ -87,14 +87,9 @@ class PythonTool(Tool):
 
 def tool_class(name: str) -> type[Tool]:
     """A registered tool, or user code as 'path/to/file.py:Class' or 'package.module:Class' (a Tool subclass)."""
-    if ":" not in name:
-        return TOOLS.get(name)
-    from megarl.plugins import PluginSpecError, load_named
+    from megarl.plugins import registered_or_user_class
 
-    cls = load_named(name, "rollout.multi_turn.tools", "class")
-    if not (isinstance(cls, type) and issubclass(cls, Tool)):
-        raise PluginSpecError(f"rollout.multi_turn.tools: {name!r} is not a subclass of megarl.agent.Tool")
-    return cls
+    return registered_or_user_class(name, TOOLS, "rollout.multi_turn.tools", Tool, "megarl.agent.Tool")
 
 
 def build_tools(names: Sequence[str], context: ToolContext) -> dict[str, Tool]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-import datasets
+from megarl.data.preprocess import write_splits
 
 DATA_SOURCE = "synthetic/arithmetic"
 
@@ -56,13 +56,7 @@ def arithmetic_splits(max_operand: int = 19, test_fraction: float = 0.2, sft_cop
 
 
 def write_arithmetic(output_dir: str | Path, **options) -> dict[str, Path]:
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    written = {}
-    for split, rows in arithmetic_splits(**options).items():
-        written[split] = output_dir / f"{split}.parquet"
-        datasets.Dataset.from_list(rows).to_parquet(str(written[split]))
-    return written
+    return write_splits(output_dir, arithmetic_splits(**options))
 
 
 def corpus(max_operand: int = 19) -> list[str]:

@@ -141,16 +141,23 @@ def _read_hub(name: str, split: str | None) -> dict[str, tuple[str, datasets.Dat
 def preprocess(kind: str, source: str, output_dir: str | Path, split: str | None = None, **options) -> dict[str, Path]:
     """Convert `source` with the `kind` preprocessor; write `<output_dir>/<split>.parquet` for each split."""
     to_row = PREPROCESSORS.get(kind)
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    written = {}
+    written: dict[str, Path] = {}
     for split_name, (where, raw) in read_raw(source, split).items():
         rows = [
             to_row(example, split_name, i, where=f"{where} row {i}", **options) for i, example in enumerate(raw)
         ]
         if not rows:
             raise PreprocessError(f"{where} has no rows")
-        out = output_dir / f"{split_name}.parquet"
-        datasets.Dataset.from_list(rows).to_parquet(str(out))
-        written[split_name] = out
+        written.update(write_splits(output_dir, {split_name: rows}))
+    return written
+
+
+def write_splits(output_dir: str | Path, splits: dict[str, list[dict]]) -> dict[str, Path]:
+    """Each split's rows as `<output_dir>/<split>.parquet`."""
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for split, rows in splits.items():
+        written[split] = output_dir / f"{split}.parquet"
+        datasets.Dataset.from_list(rows).to_parquet(str(written[split]))
     return written

@@ -20,7 +20,7 @@ import json
 import random
 from pathlib import Path
 
-import datasets
+from megarl.data.preprocess import write_splits
 
 DATA_SOURCE = "synthetic/products"
 SPECIAL_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
@@ -71,13 +71,7 @@ def products_splits(train: int = 2000, test: int = 64, sft: int = 2000, tool_rat
 
 
 def write_products(output_dir: str | Path, **options) -> dict[str, Path]:
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    written = {}
-    for split, rows in products_splits(**options).items():
-        written[split] = output_dir / f"{split}.parquet"
-        datasets.Dataset.from_list(rows).to_parquet(str(written[split]))
-    return written
+    return write_splits(output_dir, products_splits(**options))
 
 
 def corpus(pairs: int = 400, seed: int = 1) -> list[str]:

@@ -95,14 +95,10 @@ class EngineFailure(RuntimeError):
 def rollout_backend(name: str) -> type[RolloutEngine]:
     """The engine class `rollout.name` names: a registered backend, or user code as 'path/to/file.py:Class' or
     'package.module:Class' (a RolloutEngine subclass)."""
-    if ":" not in name:
-        return ROLLOUT_BACKENDS.get(name)
-    from megarl.plugins import PluginSpecError, load_named
+    from megarl.plugins import registered_or_user_class
 
-    cls = load_named(name, "rollout.name", "class")
-    if not (isinstance(cls, type) and issubclass(cls, RolloutEngine)):
-        raise PluginSpecError(f"rollout.name={name!r} is not a subclass of megarl.rollout.RolloutEngine")
-    return cls
+    return registered_or_user_class(name, ROLLOUT_BACKENDS, "rollout.name", RolloutEngine,
+                                    "megarl.rollout.RolloutEngine")
 
 
 class EngineMemory:

@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from tests.helpers import GPU0_ENV, REPO_ROOT, SGLANG, SHARED_DATA, record_gpu_row
+from tests.helpers import GPU0_ENV, REPO_ROOT, SGLANG, SHARED_DATA, launch_workdir, record_gpu_row
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA and SGLang (the device machines)")
 
@@ -65,8 +65,7 @@ TINY_RUNS = {"grpo": ("grpo", ()), "lora": ("lora", ()), "grpo-async": ("grpo", 
 @pytest.mark.parametrize("run", sorted(TINY_RUNS))
 def test_tiny_recipe_learns_on_one_gpu(tmp_path, run):
     recipe, extra = TINY_RUNS[run]
-    for name in ("recipes", "launch"):
-        (tmp_path / name).symlink_to(REPO_ROOT / name)
+    launch_workdir(tmp_path)
     proc = subprocess.run(["bash", "launch/tiny_cpu.sh", recipe, *SGLANG, *extra], cwd=tmp_path, capture_output=True,
                           text=True, timeout=900, env={**GPU0_ENV, "LAUNCHER": "torchrun", "NPROC": "1"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
