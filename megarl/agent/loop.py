@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
-from typing import Iterator, Sequence
+from typing import AsyncIterator, Sequence
 
 from megarl.agent.calls import CALL_PARSERS, CallError, ToolCall
 from megarl.agent.messages import ToolMessages
@@ -31,23 +31,27 @@ from megarl.rollout.base import AgentStats, OnResponse, Response, RolloutEngine,
 TRAJECTORY_SEED_STRIDE = 1009  # a trajectory's turns are seeded seed, seed + 1, ...; trajectories stride apart
 
 
-class ToolClock:
-    """Wall time with at least one tool call running (`timing_s/tools`): calls that overlap count once."""
+class ToolRuns:
+    """One `generate` call's tool calls: at most `workers` at once (a call's timeout runs from its start, not from its
+    wait for a free thread), and the wall time with at least one running (`timing_s/tools`: calls that overlap count
+    once). Made inside the event loop it serves."""
 
-    def __init__(self):
+    def __init__(self, workers: int):
+        self.slots = asyncio.Semaphore(workers)
         self.running, self.wall_s, self._since = 0, 0.0, 0.0
 
-    @contextmanager
-    def call(self) -> Iterator[None]:
-        if not self.running:
-            self._since = time.perf_counter()
-        self.running += 1
-        try:
-            yield
-        finally:
-            self.running -= 1
+    @asynccontextmanager
+    async def call(self) -> AsyncIterator[None]:
+        async with self.slots:
             if not self.running:
-                self.wall_s += time.perf_counter() - self._since
+                self._since = time.perf_counter()
+            self.running += 1
+            try:
+                yield
+            finally:
+                self.running -= 1
+                if not self.running:
+                    self.wall_s += time.perf_counter() - self._since
 
 
 @dataclass
@@ -85,27 +89,28 @@ class AgentLoop:
                  on_response: OnResponse | None = None) -> list[list[Response]]:
         """`params.n` trajectories per prompt on `engine` (its owner), as `RolloutEngine.generate` returns responses
         (with `on_response` as each trajectory ends)."""
-        n, clock = params.n, ToolClock()
-        self._slots = asyncio.Semaphore(self.workers)  # made here: it belongs to the event loop run_async runs
+        n = params.n
 
-        async def one(i: int, k: int) -> Response:
+        async def one(i: int, k: int, runs: ToolRuns) -> Response:
             seed = None if params.seed is None else params.seed + TRAJECTORY_SEED_STRIDE * (i * n + k)
-            response = await self._trajectory(engine, prompts[i], replace(params, n=1, seed=seed), clock)
+            response = await self._trajectory(engine, prompts[i], replace(params, n=1, seed=seed), runs)
             if on_response is not None:
                 on_response(i, k, response)
             return response
 
         async def every() -> list[Response]:
-            return list(await asyncio.gather(*(one(i, k) for i in range(len(prompts)) for k in range(n))))
+            runs = ToolRuns(self.workers)
+            flat = await asyncio.gather(*(one(i, k, runs) for i in range(len(prompts)) for k in range(n)))
+            for response in flat:
+                assert response.agent is not None  # every trajectory's
+                response.agent.engine_tool_wall_s = runs.wall_s
+            return list(flat)
 
         flat = engine.run_async(every())
-        for response in flat:
-            assert response.agent is not None  # every trajectory's
-            response.agent.engine_tool_wall_s = clock.wall_s
         return [flat[i * n:(i + 1) * n] for i in range(len(prompts))]
 
     async def _trajectory(self, engine: RolloutEngine, prompt: Sequence[int], params: SamplingParams,
-                          clock: ToolClock) -> Response:
+                          runs: ToolRuns) -> Response:
         built, stats = Trajectory([], [], []), AgentStats()
         budget = min(self.max_response_length, self.max_total_tokens - len(prompt))
         stops = tuple(params.stop_token_ids) + self.end_of_call_ids
@@ -126,7 +131,7 @@ class AgentLoop:
             if turn + 1 == self.config.max_assistant_turns:
                 finish = "max_turns"
                 break
-            results = [await self._run(call, stats, clock) for call in calls]
+            results = [await self._run(call, stats, runs) for call in calls]
             tool_ids = self.messages.ids(results, turn_end=self._turn_end(out))
             if len(built.ids) + len(tool_ids) >= budget:  # no room left for the model to read it and answer
                 break
@@ -139,7 +144,7 @@ class AgentLoop:
             return ""
         return self.tokenizer.decode(out.token_ids[-1:], skip_special_tokens=False)
 
-    async def _run(self, call: ToolCall | CallError, stats: AgentStats, clock: ToolClock) -> str:
+    async def _run(self, call: ToolCall | CallError, stats: AgentStats, runs: ToolRuns) -> str:
         """What the model reads back from one call: the tool's output (cut to max_tool_response_length), or an error
         that says what went wrong. Nothing here raises: a bad call is the model's mistake, counted."""
         if isinstance(call, CallError):
@@ -150,23 +155,22 @@ class AgentLoop:
             stats.tool_errors += 1
             return f"Error: there is no tool {call.name!r}; the tools are {sorted(self.tools)}"
         stats.tool_calls += 1
-        async with self._slots:  # the timeout runs from the call's start, not from its wait for a free thread
-            return await self._run_tool(tool, call, stats, clock)
+        async with runs.call():
+            return await self._run_tool(tool, call, stats)
 
-    async def _run_tool(self, tool: Tool, call: ToolCall, stats: AgentStats, clock: ToolClock) -> str:
+    async def _run_tool(self, tool: Tool, call: ToolCall, stats: AgentStats) -> str:
         timeout, start = self.config.tool_timeout_s, time.perf_counter()
-        with clock.call():
-            try:
-                output = await asyncio.wait_for(
-                    asyncio.get_running_loop().run_in_executor(self.pool, tool.call, call.arguments), timeout)
-                text = output.text
-                stats.tool_timeouts += output.timed_out
-            except asyncio.TimeoutError:
-                stats.tool_timeouts += 1
-                text = f"Error: the {call.name} tool did not answer within {timeout:g} s"
-            except Exception as e:  # the tool's failure is the call's result
-                stats.tool_errors += 1
-                text = f"Error: {type(e).__name__}: {e}"
+        try:
+            output = await asyncio.wait_for(
+                asyncio.get_running_loop().run_in_executor(self.pool, tool.call, call.arguments), timeout)
+            text = output.text
+            stats.tool_timeouts += output.timed_out
+        except asyncio.TimeoutError:
+            stats.tool_timeouts += 1
+            text = f"Error: the {call.name} tool did not answer within {timeout:g} s"
+        except Exception as e:  # the tool's failure is the call's result
+            stats.tool_errors += 1
+            text = f"Error: {type(e).__name__}: {e}"
         stats.tool_seconds += time.perf_counter() - start
         return _cut(text, self.config.max_tool_response_length)
 
