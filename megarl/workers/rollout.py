@@ -69,7 +69,9 @@ class RolloutWorker(Worker):
         ids = list(prompts[PROMPT_IDS])
         if self.agent is not None:
             return self.agent.generate(self.engine, ids, params, on_response)
-        return self.engine.generate(ids, params, on_response)
+        if on_response is None:  # a user's engine may implement only the sync mode's call
+            return self.engine.generate(ids, params)
+        return self.engine.generate(ids, params, on_response=on_response)
 
     def _build_engine(self) -> RolloutEngine:
         """This rank's part of its engine, its memory released."""
