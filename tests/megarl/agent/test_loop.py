@@ -167,3 +167,20 @@ def test_trajectories_do_not_depend_on_when_they_finish(model_dir, tokenizer, co
     assert [[r.token_ids for r in g] for g in reported] == [[r.token_ids for r in g] for g in plain]
     assert sorted(finished) == [(i, k) for i in range(2) for k in range(3)]
     assert len({tuple(r.token_ids) for g in plain for r in g}) > 1  # the trajectories' seeds differ
+
+
+def test_a_long_tool_output_is_cut_and_says_how_much(tokenizer, context):
+    turns = [char_ids(tokenizer, call("print(7**200)")), char_ids(tokenizer, "#### 1") + [tokenizer.eos_token_id]]
+    [[trajectory]] = loop_of(tokenizer, context, max_tool_response_length=10).generate(
+        ScriptedEngine(turns), [PROMPT], SamplingParams(max_new_tokens=200))
+    digits = str(7 ** 200)
+    assert f"<tool_response>{digits[:10]}... [{len(digits) - 10} more characters cut]</tool_response>" in \
+        tokenizer.decode(trajectory.token_ids)
+
+
+def test_the_total_budget_counts_the_prompt(tokenizer, context):
+    turn = char_ids(tokenizer, call("print(1)"))
+    loop = AgentLoop(tokenizer, MultiTurnConfig(enable=True), build_tools(["python"], context),
+                     max_response_length=200, max_total_tokens=len(PROMPT) + len(turn) + 3, workers=1)
+    [[trajectory]] = loop.generate(ScriptedEngine([turn]), [PROMPT], SamplingParams(max_new_tokens=200))
+    assert trajectory.finish_reason == "max_tokens" and trajectory.token_ids == turn
