@@ -1,12 +1,15 @@
 """`launch/tiny_cpu.sh tools` end to end on CPU: a tiny model learns to call the python tool (rollout.multi_turn,
 the sandbox) on 4-digit products it cannot work out in its head. After the SFT warm start, GRPO raises the training
 reward and greedy validation from ≤ 0.3 to ≥ 0.8, the share of samples that call the tool rising with them (Ray, sync
-mode). The async mode under torchrun computes the same steps: its first steps' metrics equal the sync run's."""
+mode). The async mode under torchrun computes the same steps: its first steps' metrics equal the sync run's. PPO's critic, DAPO's dynamic
+sampling and engines on a pool of their own, a step ahead, take the multi-turn batches too."""
 
 import json
+import sys
 
 import pytest
 
+from parallel.topology import free_port
 from tests.helpers import ENV, WALL_CLOCK, launch_workdir, run_command
 
 VAL = "val-core/synthetic/products/reward/mean@1"
@@ -21,9 +24,22 @@ def workdir(tmp_path_factory):
 def run_tools(workdir, name, launcher, *overrides):
     proc = run_command(["bash", "launch/tiny_cpu.sh", "tools", f"trainer.experiment_name={name}", *overrides],
                        timeout=1200, cwd=workdir, env={**ENV, "LAUNCHER": launcher})
+    return steps_and_validation(proc, workdir, name)
+
+
+def steps_and_validation(proc, workdir, name):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     rows = [json.loads(line) for line in (workdir / "outputs/tiny_cpu" / name / "metrics.jsonl").read_text().splitlines()]
     return [r for r in rows if r["step"] > 0], {r["step"]: r[VAL] for r in rows if VAL in r}
+
+
+def train_from_warm_start(workdir, name, processes, *overrides):
+    """The tools recipe from the sync run's warm start, under torchrun on `processes` processes, two steps."""
+    proc = run_command([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes),
+                        "--master-port", str(free_port()), "-m", "megarl.train", "--recipe", "recipes/tiny_cpu_tools.yaml",
+                        f"trainer.experiment_name={name}", "trainer.total_training_steps=2", "data.val_files=[]",
+                        *overrides], timeout=600, cwd=workdir)
+    return steps_and_validation(proc, workdir, name)[0]
 
 
 def without_wall_clock(rows):
@@ -57,3 +73,17 @@ def test_the_async_mode_under_torchrun_computes_the_same_steps(sync_run, workdir
                          "data.val_files=[]")
     sync_steps = [{k: v for k, v in s.items() if not k.startswith(("val-", "health/val"))} for s in sync_run[0][:3]]
     assert without_wall_clock(steps) == without_wall_clock(sync_steps)
+
+
+def test_the_critic_a_pool_a_step_ahead_and_dynamic_sampling_take_multi_turn_batches(sync_run, workdir):
+    ppo_ahead = train_from_warm_start(
+        workdir, "tools_ppo_ahead", 2, "algorithm.adv_estimator=gae", "critic.optim.lr=1e-3",
+        "trainer.n_gpus_per_node=1", "rollout.enable_resource_pool=true", "rollout.n_gpus_per_node=1",
+        "trainer.staleness=1", "rollout.max_logprob_mult_error=null")
+    assert [s["rollout_corr/staleness"] for s in ppo_ahead] == [0.0, 1.0]
+    assert all(s["tool/calls_per_sample"] > 0 and s["critic/vf_loss"] > 0 for s in ppo_ahead), ppo_ahead
+    # The warm-started policy answers all of a prompt's 8 samples right, or all wrong, often enough that a round's
+    # groups with signal do not fill the batch: dynamic sampling draws another round.
+    (dapo,) = train_from_warm_start(workdir, "tools_dapo", 2, "algorithm.filter_groups.enable=true",
+                                    "algorithm.filter_groups.max_num_gen_batches=4", "trainer.total_training_steps=1")
+    assert dapo["dapo/num_gen_batches"] >= 2 and dapo["dapo/kept_groups"] == 16 and dapo["tool/calls_per_sample"] > 0
