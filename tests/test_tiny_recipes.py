@@ -12,6 +12,9 @@ import pytest
 from tests.helpers import ENV, WALL_CLOCK, launch_workdir, run_command
 
 VAL = "val-core/synthetic/arithmetic/reward/mean@1"
+# A recipe's stages (warm start, rankings, reward model, RL) run under run_recipe's own 900 s limit, which fails the
+# test with the run's output: pytest's 600 s default would cut the slowest (rlhf's) short with nothing to show.
+pytestmark = pytest.mark.timeout(960)
 
 
 @pytest.fixture(scope="module")
