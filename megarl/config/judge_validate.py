@@ -84,6 +84,11 @@ def _check_placement(cfg: MegaRLConfig, problems: list[str]) -> None:
     if judge.enable_resource_pool:
         problems.append("reward.judge.enable_resource_pool=true: a judge on GPUs of its own is not built yet; drop it "
                         "(the judge runs in the actor's processes)")
+    samples = cfg.data.generation_batch_size * cfg.rollout.n
+    if cfg.world_size >= 1 and samples % cfg.world_size:
+        problems.append(f"data.train_batch_size × rollout.n = {samples} responses cannot be shared among the "
+                        f"judge's {cfg.world_size} engines (one on each GPU of trainer.nnodes × "
+                        f"trainer.n_gpus_per_node): make it a multiple of {cfg.world_size}")
     share = judge.gpu_memory_utilization
     if not 0 < share < 1:
         problems.append(f"reward.judge.gpu_memory_utilization={share} must be in (0, 1)")
