@@ -71,6 +71,28 @@ def make_reward_model(out_dir: Path, seed: int = 1, vocab_size: int = 400) -> Pa
     return out_dir
 
 
+def make_digit_judge(out_dir: Path, seed: int = 3) -> Path:
+    """`make_chat_model` rewired to write digits only, so that a judge's every output has a number to parse: one
+    residual dimension holds a constant (every embedding has 1 there, no layer writes to it) that only the ten digits'
+    output rows read. Which digit it writes still depends on what it reads."""
+    import torch
+    from transformers import AutoTokenizer, Qwen2ForCausalLM
+
+    make_chat_model(out_dir, seed)
+    model, tokenizer = Qwen2ForCausalLM.from_pretrained(out_dir), AutoTokenizer.from_pretrained(out_dir)
+    digits = [tokenizer.convert_tokens_to_ids(str(d)) for d in range(10)]
+    with torch.no_grad():
+        model.model.embed_tokens.weight[:, 0] = 1.0
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight[0] = 0.0
+            layer.mlp.down_proj.weight[0] = 0.0
+        model.lm_head.weight[:, 0] = 0.0
+        model.lm_head.weight[digits, 0] = 50.0
+        model.lm_head.weight[digits, 1:] *= 100.0  # which digit: read from the rest, strongly
+    model.save_pretrained(out_dir)
+    return out_dir
+
+
 def make_model(family: str, path: Path) -> Path:
     """A 2-layer model of `family` (qwen2, qwen3 or llama) with random weights and a 128-token vocabulary."""
     import torch
