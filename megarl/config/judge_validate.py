@@ -25,6 +25,9 @@ def check_judge(cfg: MegaRLConfig, problems: list[str]) -> None:
         problems.append(f"reward.judge.sampling.top_k={sampling.top_k} must be -1 (off) or ≥ 1")
     if sampling.max_new_tokens < 1:
         problems.append(f"reward.judge.sampling.max_new_tokens={sampling.max_new_tokens} must be at least 1")
+    if cfg.algorithm.adv_estimator == "remax":
+        problems.append("algorithm.adv_estimator=remax cannot run with reward.judge: its greedy baseline is scored by "
+                        "the rules alone, without the judge; use grpo or rloo")
     check_number(problems, "reward.judge.weight", judge.weight, "a finite number")
     check_number(problems, "reward.judge.unparsed_score", judge.unparsed_score, "a finite number")
     _check_placement(cfg, problems)

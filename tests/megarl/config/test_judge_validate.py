@@ -46,6 +46,10 @@ def test_a_judge_alone_may_reward():
     (["reward.judge.unparsed_score=inf"], "reward.judge.unparsed_score=inf must be a finite number"),
     (["reward.judge.enable_resource_pool=true"], "reward.judge.enable_resource_pool=true: a judge on GPUs of its own "
                                                  "is not built yet"),
+    (["algorithm.adv_estimator=remax"], "algorithm.adv_estimator=remax cannot run with reward.judge"),
+    (["trainer.n_gpus_per_node=2", "actor.megatron.tensor_model_parallel_size=2", "rollout.tensor_model_parallel_size=2",
+      "algorithm.adv_estimator=reinforce_plus_plus", "data.train_batch_size=3", "actor.ppo_mini_batch_size=3"],
+     "data.train_batch_size × rollout.n = 3 responses cannot be shared among the judge's 2 engines"),
     (["reward.judge.gpu_memory_utilization=0.6"], "rollout.gpu_memory_utilization=0.5 + "
                                                   "reward.judge.gpu_memory_utilization=0.6 must be below 1"),
 ])
