@@ -5,20 +5,22 @@
 #
 # rlhf is InstructGPT's pipeline: after SFT, the SFT model's sampled answers are ranked by rule
 # (megarl sample-rankings), a reward model is trained on the rankings (megarl rm), and PPO learns from it alone.
+# judge fine-tunes the SFT model into a judge of right and wrong sums (megarl sft on the task's judge split), and GRPO
+# learns from the judge alone (reward.judge).
 # tools trains a tiny model of its own, on 2-digit products, to call the python tool (rollout.multi_turn):
 #   megarl preprocess products → megarl init-model --shape tiny --task products → megarl sft → megarl train
 #
-# Usage: bash launch/tiny_cpu.sh [grpo|ppo|dapo|rlhf|lora|tools] [key=value ...]   (overrides go to the RL recipe)
+# Usage: bash launch/tiny_cpu.sh [grpo|ppo|dapo|rlhf|lora|judge|tools] [key=value ...]  (overrides: the RL recipe's)
 #   LAUNCHER=torchrun bash launch/tiny_cpu.sh grpo           (default: Ray, started locally)
 #   NPROC=1 bash launch/tiny_cpu.sh grpo rollout.name=sglang (processes, or GPUs when CUDA is there; default 2)
 # Outputs go to outputs/tiny_cpu/: data/, init/ (random weights), sft/hf (the warm start), rm/hf (rlhf's reward
-# model), grpo/, ppo/, dapo/ or rlhf/ (metrics.jsonl, samples/ ...); tools_data/, tools_init/, tools_sft/ and tools/
-# for the tools recipe. Stages whose output exists are skipped.
+# model), judge_sft/hf (the judge recipe's judge), grpo/, ppo/, dapo/, rlhf/ or judge/ (metrics.jsonl, samples/ ...);
+# tools_data/, tools_init/, tools_sft/ and tools/ for the tools recipe. Stages whose output exists are skipped.
 set -euo pipefail
 algorithm=${1:-grpo}
 shift || true
-case "$algorithm" in grpo|ppo|dapo|rlhf|lora|tools) ;;
-  *) echo "usage: $0 [grpo|ppo|dapo|rlhf|lora|tools] [key=value ...]" >&2; exit 2 ;;
+case "$algorithm" in grpo|ppo|dapo|rlhf|lora|judge|tools) ;;
+  *) echo "usage: $0 [grpo|ppo|dapo|rlhf|lora|judge|tools] [key=value ...]" >&2; exit 2 ;;
 esac
 out=outputs/tiny_cpu
 export RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled}
@@ -41,7 +43,7 @@ if [ "$algorithm" = tools ]; then
   run train --recipe recipes/tiny_cpu_tools.yaml "$@"
   exit
 fi
-[ -f "$out/data/train.parquet" ] || python -m megarl.cli preprocess arithmetic --output-dir "$out/data"
+[ -f "$out/data/judge.parquet" ] || python -m megarl.cli preprocess arithmetic --output-dir "$out/data"
 [ -f "$out/init/config.json" ] || python -m megarl.cli init-model --shape tiny --out "$out/init"
 [ -f "$out/sft/hf/config.json" ] || run sft --recipe recipes/tiny_cpu_sft.yaml
 if [ "$algorithm" = rlhf ]; then
@@ -50,5 +52,8 @@ if [ "$algorithm" = rlhf ]; then
       --data "$out/data/$split.parquet" --out "$out/data/rankings_$split.parquet" --samples 64 --per-prompt 4
   done
   [ -f "$out/rm/hf/config.json" ] || run rm --recipe recipes/tiny_cpu_rm.yaml
+fi
+if [ "$algorithm" = judge ]; then
+  [ -f "$out/judge_sft/hf/config.json" ] || run sft --recipe recipes/tiny_cpu_judge_sft.yaml
 fi
 run train --recipe "recipes/tiny_cpu_$algorithm.yaml" "$@"

@@ -36,7 +36,8 @@ def _column(name: str, shape: str, holds: str) -> str:
 
 # The prompts (megarl/data/dataset.py, megarl/rollout/batch.py).
 PROMPT_IDS = _column("prompt_ids", "per sample", "the prompt's token ids")
-RAW_PROMPT = _column("raw_prompt", "per sample", "the dataset's prompt (text or chat): a reward model re-encodes it")
+RAW_PROMPT = _column("raw_prompt", "per sample",
+                     "the dataset's prompt (text or chat): a reward model re-encodes it; a judge reads it")
 DATA_SOURCE = _column("data_source", "per sample", "which rule scores the response")
 REWARD_MODEL = _column("reward_model", "per sample", "the dataset's reward entry; its `ground_truth`")
 EXTRA_INFO = _column("extra_info", "per sample", "the dataset's extra fields, passed to a reward function")
@@ -53,8 +54,12 @@ REWARD_BASELINES = _column("reward_baselines", "[B]", "ReMax: the score of the p
 TOKEN_LEVEL_SCORES = _column("token_level_scores", "[B, R]", "the response's score on its last token")
 ACC = _column("acc", "[B]", "the reward function's accuracy, else its score")
 PRED = _column("pred", "per sample", "the answer the reward function read")
-RULE_SCORES = _column("rule_scores", "[B]", "with a reward model: the rule's score alone")
+RULE_SCORES = _column("rule_scores", "[B]", "with a reward model or a judge: the rule's score alone")
 RM_SCORES = _column("rm_scores", "[B]", "the reward model's score")
+JUDGE_SCORES = _column("judge_scores", "[B]", "the judge's score (reward.judge.unparsed_score where it did not parse)")
+JUDGE_PARSED = _column("judge_parsed", "[B]", "1 where the judge's output parsed")
+JUDGE_PROMPT = _column("judge_prompt", "per sample", "what the judge read: its template rendered, in its chat template")
+JUDGE_OUTPUT = _column("judge_output", "per sample", "what the judge wrote (yes_no: its two words' log-probs)")
 OVERLONG_PENALTY = _column("overlong_penalty", "[B]", "DAPO's penalty of a response too long")
 # The model passes.
 OLD_LOG_PROBS = _column("old_log_probs", "[B, R]", "the actor's log-probs before its update")

@@ -1,5 +1,5 @@
-"""Which GPUs each role runs on, from the recipe: the actor, its rollout engine and the reference share the main pool
-(`trainer.nnodes` × `trainer.n_gpus_per_node`, one process per GPU hosting all three); the critic, the reward model
+"""Which GPUs each role runs on, from the recipe: the actor, its rollout engine and the reference (and the judge) share the main
+pool (`trainer.nnodes` × `trainer.n_gpus_per_node`, one process per GPU hosting them all); the critic, the reward model
 and the rollout engines share those processes too, or each gets a pool of its own (`critic.enable_resource_pool`,
 `reward.model.enable_resource_pool`, `rollout.enable_resource_pool`)."""
 
@@ -38,6 +38,8 @@ def role_pools(cfg: MegaRLConfig) -> dict[str, str]:
         roles["reference"] = MAIN_POOL
     if cfg.reward.model.path:
         roles["reward_model"] = REWARD_MODEL_POOL if cfg.reward.model.enable_resource_pool else MAIN_POOL
+    if cfg.reward.judge.model.path:
+        roles["judge"] = MAIN_POOL  # its own pool is not built (the config refuses it)
     if cfg.use_critic:
         roles["critic"] = CRITIC_POOL if cfg.critic.enable_resource_pool else MAIN_POOL
     return roles

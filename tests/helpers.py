@@ -71,6 +71,35 @@ def make_reward_model(out_dir: Path, seed: int = 1, vocab_size: int = 400) -> Pa
     return out_dir
 
 
+def make_digit_judge(out_dir: Path, seed: int = 3) -> Path:
+    """`make_chat_model` as a judge that writes digits only (`write_digits_only`)."""
+    make_chat_model(out_dir, seed)
+    return write_digits_only(out_dir)
+
+
+def write_digits_only(model_dir: Path) -> Path:
+    """The Qwen2 checkpoint in `model_dir` rewired to write digits only, so that a judge's every output has a number
+    to parse: one residual dimension holds a constant (every embedding has 1 there, no layer writes to it) that only
+    the ten digits' output rows read. Which digit it writes still depends on the other dimensions."""
+    import torch
+    from transformers import AutoTokenizer, Qwen2ForCausalLM
+
+    model, tokenizer = Qwen2ForCausalLM.from_pretrained(model_dir), AutoTokenizer.from_pretrained(model_dir)
+    digits = [tokenizer.convert_tokens_to_ids(str(d)) for d in range(10)]
+    if model.config.tie_word_embeddings:  # the output rows get their own copy: the constant lives in the embeddings
+        model.lm_head.weight = torch.nn.Parameter(model.model.embed_tokens.weight.detach().clone())
+        model.config.tie_word_embeddings = False
+    with torch.no_grad():
+        model.model.embed_tokens.weight[:, 0] = 1.0
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight[0] = 0.0
+            layer.mlp.down_proj.weight[0] = 0.0
+        model.lm_head.weight[:, 0] = 0.0
+        model.lm_head.weight[digits, 0] = 50.0
+    model.save_pretrained(model_dir)
+    return model_dir
+
+
 def make_model(family: str, path: Path) -> Path:
     """A 2-layer model of `family` (qwen2, qwen3 or llama) with random weights and a 128-token vocabulary."""
     import torch

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.helpers import ENV, WALL_CLOCK, launch_workdir, run_command
+from tests.helpers import ENV, WALL_CLOCK, run_command
 
 VAL = "val-core/synthetic/arithmetic/reward/mean@1"
 # A recipe's stages (warm start, rankings, reward model, RL) run under run_recipe's own 900 s limit, which fails the
@@ -17,14 +17,9 @@ VAL = "val-core/synthetic/arithmetic/reward/mean@1"
 pytestmark = pytest.mark.timeout(960)
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    return launch_workdir(tmp_path_factory.mktemp("tiny"))
-
-
-def run_recipe(workdir, algorithm, launcher):
+def run_recipe(workdir, algorithm, launcher, timeout=900):
     name = f"{algorithm}_{launcher}"
-    proc = run_command(["bash", "launch/tiny_cpu.sh", algorithm, f"trainer.experiment_name={name}"], timeout=900,
+    proc = run_command(["bash", "launch/tiny_cpu.sh", algorithm, f"trainer.experiment_name={name}"], timeout=timeout,
                        cwd=workdir, env={**ENV, "LAUNCHER": launcher})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     rows = [json.loads(line) for line in (workdir / "outputs/tiny_cpu" / name / "metrics.jsonl").read_text().splitlines()]
@@ -47,22 +42,22 @@ def assert_healthy(steps, validation=None):
 # GRPO under both launchers (their metrics must be identical); PPO under Ray (its torchrun run added CI time and
 # nothing GRPO's does not check).
 @pytest.mark.parametrize("algorithm, launcher", [("grpo", "ray"), ("grpo", "torchrun"), ("ppo", "ray")])
-def test_reward_rises(workdir, algorithm, launcher):
-    steps, validation = run_recipe(workdir, algorithm, launcher)
+def test_reward_rises(tiny_workdir, algorithm, launcher):
+    steps, validation = run_recipe(tiny_workdir, algorithm, launcher)
     scores = [s["critic/score/mean"] for s in steps]
     assert scores[0] <= 0.4, scores
     assert sum(scores[-3:]) / 3 >= 0.8, scores
     assert validation[0] <= 0.4 and validation[max(validation)] >= 0.8, validation
     assert_healthy(steps)
-    (workdir / f"{algorithm}_{launcher}.json").write_text(json.dumps(steps))
-    other = workdir / f"{algorithm}_{'torchrun' if launcher == 'ray' else 'ray'}.json"
+    (tiny_workdir / f"{algorithm}_{launcher}.json").write_text(json.dumps(steps))
+    other = tiny_workdir / f"{algorithm}_{'torchrun' if launcher == 'ray' else 'ray'}.json"
     if algorithm == "grpo" and other.exists():
         strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith(WALL_CLOCK)} for r in rows]  # noqa
         assert strip(steps) == strip(json.loads(other.read_text()))
 
 
-def test_dapo_learns_with_dynamic_sampling_and_overlong_shaping(workdir):
-    steps, validation = run_recipe(workdir, "dapo", "ray")
+def test_dapo_learns_with_dynamic_sampling_and_overlong_shaping(tiny_workdir):
+    steps, validation = run_recipe(tiny_workdir, "dapo", "ray")
     assert validation[0] <= 0.4 and validation[max(validation)] >= 0.8, validation
     rounds = [s["dapo/num_gen_batches"] for s in steps]
     assert all(1 <= r <= 4 for r in rounds) and max(rounds) > 1, rounds  # more rounds as groups become all-right
@@ -71,12 +66,12 @@ def test_dapo_learns_with_dynamic_sampling_and_overlong_shaping(workdir):
     assert_healthy(steps)
 
 
-def test_rlhf_trains_a_reward_model_on_ranked_samples_and_ppo_learns_from_it_alone(workdir):
+def test_rlhf_trains_a_reward_model_on_ranked_samples_and_ppo_learns_from_it_alone(tiny_workdir):
     """InstructGPT's stages 2 and 3 after the SFT: the reward model ranks held-out answers right ≥ 90 % of the time,
     and PPO rewarded by it alone raises the rule-checked accuracy from ≤ 0.4 to ≥ 0.8, in training (the last five
     steps' mean) and in validation (greedy, on held-out prompts)."""
-    steps, validation = run_recipe(workdir, "rlhf", "ray")
-    rm_rows = (workdir / "outputs/tiny_cpu/rm/metrics.jsonl").read_text().splitlines()
+    steps, validation = run_recipe(tiny_workdir, "rlhf", "ray")
+    rm_rows = (tiny_workdir / "outputs/tiny_cpu/rm/metrics.jsonl").read_text().splitlines()
     held_out = [row["val/rm/accuracy"] for row in map(json.loads, rm_rows) if "val/rm/accuracy" in row]
     assert held_out[-1] >= 0.9, held_out
     for step in steps:  # reward.rule_weight=0: the reward model's score is the whole reward
@@ -86,8 +81,8 @@ def test_rlhf_trains_a_reward_model_on_ranked_samples_and_ppo_learns_from_it_alo
     assert validation[0] <= 0.4 and validation[max(validation)] >= 0.8, validation
 
 
-def test_lora_learns_with_the_adapters_alone(workdir):
-    steps, validation = run_recipe(workdir, "lora", "ray")
+def test_lora_learns_with_the_adapters_alone(tiny_workdir):
+    steps, validation = run_recipe(tiny_workdir, "lora", "ray")
     scores = [s["critic/score/mean"] for s in steps]
     assert scores[0] <= 0.4 and sum(scores[-3:]) / 3 >= 0.8, scores
     assert validation[0] <= 0.4 and validation[max(validation)] >= 0.8, validation
@@ -95,7 +90,7 @@ def test_lora_learns_with_the_adapters_alone(workdir):
     assert all("actor/kl_loss" in s and "timing_s/ref" in s for s in steps)
     assert max(s["rollout/logprob_mult_error"] for s in steps) <= 1.001
     assert_healthy(steps, validation)  # measured: 0.975 at step 10, then 0.95-0.975 to step 30
-    actor = workdir / "outputs/tiny_cpu/lora_ray/checkpoints/global_step_30/actor"
+    actor = tiny_workdir / "outputs/tiny_cpu/lora_ray/checkpoints/global_step_30/actor"
     role = json.loads((actor / "role.json").read_text())
     assert role["lora"]["rank"] == 16 and role["base_model"].endswith("outputs/tiny_cpu/sft/hf")
     adapters = sum(f.stat().st_size for f in (actor / "model").glob("*.distcp"))

@@ -311,6 +311,52 @@ class RewardModelConfig:
     max_token_len_per_gpu: int = II("actor.log_prob_max_token_len_per_gpu")
 
 
+JUDGE_PROMPT = ("Here is a question and an answer to it.\n\nQuestion: {prompt}\n\nAnswer: {response}\n\n"
+                "How correct is the answer, from 0 to 10? End with the number.")
+
+
+@dataclass(frozen=True)
+class JudgeParseConfig:
+    """How the judge's score is read (megarl/rewards/judge.py's JUDGE_PARSERS)."""
+
+    type: str = "last_number"  # last_number | regex | yes_no
+    min: float = 0.0  # last_number: its scale; a last number outside [min, max] does not parse
+    max: float = 10.0
+    pattern: Optional[str] = None  # regex: the score is this group of the pattern's last match in the judge's text
+    group: int = 1
+    # yes_no: one token each; the score is the softmax over the two words' logits for the judge's first token (the
+    # probability of `yes`), read from its next-token log-probs instead of a generated word
+    yes: str = "yes"
+    no: str = "no"
+
+
+@dataclass(frozen=True)
+class JudgeSamplingConfig:
+    temperature: float = 0.0  # 0: greedy
+    top_p: float = 1.0
+    top_k: int = -1
+    max_new_tokens: int = 64  # the judge's output, cut here (what it wrote so far is parsed)
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    """An LLM as judge (docs/judge.md): a HF causal LM, served by an engine of the rollout backend (`rollout.name`)
+    in the actor's processes, reads `prompt` rendered for each response (through its own chat template) and its
+    answer is parsed into a score. Its engine's KV cache is released outside its pass (its weights stay)."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)  # path None: no judge
+    # Over {prompt} (the row's question: a chat prompt's last user message), {response} (the policy's text),
+    # {ground_truth} and the row's extra_info fields by name
+    prompt: str = JUDGE_PROMPT
+    parse: JudgeParseConfig = field(default_factory=JudgeParseConfig)
+    sampling: JudgeSamplingConfig = field(default_factory=JudgeSamplingConfig)
+    weight: float = 1.0  # each response's score gets weight × the judge's, as reward.model.weight's
+    unparsed_score: float = 0.0  # the score of a judge output that does not parse (reward/judge_unparsed counts them)
+    gpu_memory_utilization: float = 0.2  # its engine's share of each GPU (SGLang's mem_fraction_static)
+    engine_kwargs: Dict[str, Any] = field(default_factory=dict)  # passed to its engine as they are
+    enable_resource_pool: bool = False  # GPUs of its own: not built yet (refused)
+
+
 @dataclass(frozen=True)
 class RewardConfig:
     function: Optional[str] = None  # path/to/file.py:function or package.module:function; None: rules by data_source
@@ -319,11 +365,17 @@ class RewardConfig:
     workers: int = 8  # processes that run reward.function (rule rewards run in the driver: they cannot hang)
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
     model: RewardModelConfig = field(default_factory=RewardModelConfig)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
     code: CodeRewardConfig = field(default_factory=CodeRewardConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
-    # The rule (or reward.function) score's weight; 0 with a reward model: the model alone rewards, the rules are
-    # still computed (reward/rule_score/mean, e.g. a rule-checked accuracy).
+    # The rule (or reward.function) score's weight; 0 with a reward model or a judge: they alone reward, the rules
+    # are still computed (reward/rule_score/mean, e.g. a rule-checked accuracy).
     rule_weight: float = 1.0
+
+    @property
+    def scored_by_models(self) -> bool:
+        """Whether a reward model or a judge scores responses beside the rules."""
+        return bool(self.model.path or self.judge.model.path)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from megarl.agent.calls import CALL_PARSERS
 from megarl.agent.tools import TOOLS
 from megarl.algorithms import ADV_ESTIMATORS, KL_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSSES
 from megarl.algorithms.rollout_correction import IS_LEVELS, RS_LEVELS
+from megarl.config.judge_validate import check_judge
 from megarl.config.lora_checks import check_lora
 from megarl.config.ranges import check_numeric_ranges
 from megarl.config.rollout_validate import check_rollout_placement
@@ -41,6 +42,7 @@ def validate_config(cfg: MegaRLConfig) -> None:
     _check_algorithm(cfg, problems)
     _check_dapo(cfg, problems)
     _check_reward_weights(cfg, problems)
+    check_judge(cfg, problems)
     check_lora(cfg, problems)
     _check_against_model(cfg, problems)
     if problems:
@@ -280,9 +282,9 @@ def _check_reward_weights(cfg: MegaRLConfig, problems: list[str]) -> None:
     reward = cfg.reward
     if reward.rule_weight < 0:
         problems.append(f"reward.rule_weight={reward.rule_weight} must be ≥ 0")
-    elif reward.rule_weight == 0 and not reward.model.path:
-        problems.append("reward.rule_weight=0 leaves no reward without a reward model: set reward.model.path, or "
-                        "reward.rule_weight > 0")
+    elif reward.rule_weight == 0 and not reward.scored_by_models:
+        problems.append("reward.rule_weight=0 leaves no reward without a reward model or a judge: set "
+                        "reward.model.path or reward.judge.model.path, or reward.rule_weight > 0")
 
 
 def _check_algorithm(cfg: MegaRLConfig, problems: list[str]) -> None:

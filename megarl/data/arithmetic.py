@@ -7,6 +7,9 @@ GSM8K rule):
   `sft_format_rate` of the time and as `= N` otherwise. A model fitted to it can add but earns the
   reward only when it happens to use the graded format: a weak policy whose reward RL must raise, as GSM8K
   rewards rise first when a small SFT model learns to end with `#### N`.
+- `judge.parquet`: a judge's fine-tuning data (the tiny judge recipe, docs/judge.md): each train question with an
+  answer, `JUDGE_PROMPT` filled as `reward.judge.prompt` fills it, and the verdict `Y` (the graded format and the
+  right sum, what the rule rewards) or `N` (a wrong sum, or the `= N` format) in `extra_info.answer`.
 """
 
 from __future__ import annotations
@@ -17,6 +20,10 @@ from pathlib import Path
 from megarl.data.preprocess import write_splits
 
 DATA_SOURCE = "synthetic/arithmetic"
+# The tiny judge recipe's reward.judge.prompt: the question, the answer and the reference (a judge guided by it: a
+# tiny model learns to compare two numbers far sooner than to add them before comparing).
+JUDGE_PROMPT = "{prompt}{response}|{ground_truth}?"
+VERDICTS = ("Y", "N")  # its reward.judge.parse.yes and no
 
 
 def response(answer: int, graded_format: bool = True) -> str:
@@ -52,7 +59,30 @@ def arithmetic_splits(max_operand: int = 19, test_fraction: float = 0.2, sft_cop
         "train": [_row(a, b, "train", i) for i, (a, b) in enumerate(train)],
         "test": [_row(a, b, "test", i) for i, (a, b) in enumerate(test)],
         "sft": [_row(a, b, "sft", i, graded) for i, (a, b, graded) in enumerate(sft)],
+        "judge": judge_rows(train, random.Random(seed + 1)),
     }
+
+
+def judge_rows(pairs: list[tuple[int, int]], rng: random.Random, right_copies: int = 3) -> list[dict]:
+    """Per question: the graded right answer `right_copies` times (verdict Y); two graded wrong sums near the right one
+    (a policy's slips), one anywhere in the task's range, a bare `####`, the right and a wrong sum as `= N` (verdict
+    N). Shuffled."""
+    verdicts, largest = [], 2 * max(max(pair) for pair in pairs)
+    for a, b in pairs:
+        right = a + b
+        near = [w for w in range(max(right - 5, 0), right + 6) if w != right]
+        anywhere = [w for w in range(largest + 1) if w != right]
+        answers = [(response(right), True)] * right_copies
+        answers += [(response(w), False) for w in [*rng.sample(near, 2), rng.choice(anywhere)]]
+        answers += [("####", False), (response(right, False), False), (response(rng.choice(near), False), False)]
+        verdicts += [(a, b, text, ok) for text, ok in answers]
+    rng.shuffle(verdicts)
+    return [{"data_source": DATA_SOURCE, "ability": "judge",
+             "prompt": [{"role": "user", "content": JUDGE_PROMPT.format(prompt=f"{a}+{b}=", response=text,
+                                                                          ground_truth=a + b)}],
+             "reward_model": {"style": "rule", "ground_truth": VERDICTS[0] if ok else VERDICTS[1]},
+             "extra_info": {"split": "judge", "index": i, "answer": VERDICTS[0] if ok else VERDICTS[1]}}
+            for i, (a, b, text, ok) in enumerate(verdicts)]
 
 
 def write_arithmetic(output_dir: str | Path, **options) -> dict[str, Path]:

@@ -180,6 +180,13 @@ class RolloutEngine(ABC):
             groups = await asyncio.to_thread(self.generate, [list(prompt)], replace(params, n=1))
         return groups[0][0]
 
+    def next_token_logprobs(self, prompts: Sequence[Sequence[int]], token_ids: Sequence[int]) -> list[list[float]]:
+        """On the owner: for each prompt, the log-probs (temperature 1, the whole vocabulary) of `token_ids` as the
+        token that follows it: what a judge read as yes/no reads instead of a sampled word."""
+        raise NotImplementedError(f"the rollout backend {type(self).__name__} cannot read next-token log-probs: "
+                                  "implement next_token_logprobs, or judge with reward.judge.parse.type=last_number "
+                                  "or regex")
+
     @abstractmethod
     def load_weights(self, parts: list) -> None:
         """Collective over the engine's ranks: this rank's (HF name, tensor or tensor-parallel slice, dim) parts,

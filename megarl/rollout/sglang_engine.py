@@ -316,6 +316,19 @@ class SGLangEngine(RolloutEngine):
                                                   return_logprob=True)
         return _response(output)
 
+    def next_token_logprobs(self, prompts: Sequence[Sequence[int]], token_ids: Sequence[int]) -> list[list[float]]:
+        """One token generated per prompt at temperature 1 (so the log-probs are the untempered distribution's) with
+        SGLang's `token_ids_logprob`: the first output position's log-probs of `token_ids`, in their order."""
+        if not self.is_owner:
+            raise RuntimeError("next_token_logprobs runs on the engine's first rank")
+        self.memory.check_can_generate()
+        wanted = list(token_ids)
+        sampling = {"max_new_tokens": 1, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "skip_special_tokens": False}
+        with self._engine_call():
+            outputs = self.engine.generate(input_ids=[list(p) for p in prompts], sampling_params=sampling,
+                                           return_logprob=True, token_ids_logprob=[wanted] * len(prompts))
+        return [_first_token_logprobs(output, wanted) for output in outputs]
+
     def start_profile(self, directory: str) -> None:
         """The schedulers' CPU ops and kernels, one trace per engine rank: `directory`/engine-TP-<rank>.trace.json.gz."""
         if self.is_owner:
@@ -346,3 +359,10 @@ def _response(output: dict) -> Response:
     if reason not in ("stop", "length"):
         raise RuntimeError(f"SGLang aborted a request: {meta['finish_reason']}")
     return Response(list(output["output_ids"]), [lp for lp, _, _ in meta["output_token_logprobs"]], reason)
+
+
+def _first_token_logprobs(output: dict, token_ids: list[int]) -> list[float]:
+    """SGLang's `output_token_ids_logprobs` of the first output position, (logprob, token id, text) each, in the
+    order of `token_ids`."""
+    by_id = {token: logprob for logprob, token, *_ in output["meta_info"]["output_token_ids_logprobs"][0]}
+    return [by_id[token] for token in token_ids]

@@ -118,6 +118,20 @@ class TransformersEngine(RolloutEngine):
         return results
 
 
+    def next_token_logprobs(self, prompts: Sequence[Sequence[int]], token_ids: Sequence[int]) -> list[list[float]]:
+        if not self.is_owner:
+            raise RuntimeError("next_token_logprobs runs on the engine's first rank")
+        self.memory.check_can_generate()
+        wanted = torch.tensor(list(token_ids), device=self.device)
+        out = []
+        with torch.no_grad():
+            for prompt in prompts:  # one at a time, unpadded, as generate reads them
+                ids = torch.tensor([list(prompt)], device=self.device)
+                logits = self.model(ids, attention_mask=torch.ones_like(ids)).logits[0, -1].float()
+                out.append(torch.log_softmax(logits, dim=-1)[wanted].tolist())
+        return out
+
+
 def _assemble(slices: list[torch.Tensor], dim) -> torch.Tensor:
     return slices[0] if dim is None else torch.cat(slices, dim=dim)
 

@@ -2,9 +2,9 @@
 
 `train` sets a run up and steps it: validation before the first step, every `trainer.test_freq` steps and after the
 last; a checkpoint every `trainer.save_freq` steps (megarl/trainer/checkpoint.py, which also resumes). `RLStep` is
-one step as a timeline of role calls: generate → score (rounds of both with dynamic sampling: sampling.py) → old
-log-probs (and the engine/trainer log-prob gate) → reference log-probs → values → rewards (KL penalty) → advantages
-→ critic update → actor update → weight sync.
+one step as a timeline of role calls: generate → score (rules, a reward model, a judge; rounds of both with dynamic
+sampling: sampling.py) → old log-probs (and the engine/trainer log-prob gate) → reference log-probs → values →
+rewards (KL penalty) → advantages → critic update → actor update → weight sync.
 The tensor work runs in the workers (megarl/workers); what the driver does between their calls is in stages.py.
 """
 
@@ -46,7 +46,7 @@ from parallel.worker import Worker
 
 def make_sampler(roles: Roles, cfg: MegaRLConfig, score: Score, loader: PromptLoader, steps: int) -> Sampler:
     """The step's samples, generated in the step or (trainer.staleness) steps ahead of it, up to step `steps`."""
-    sampler = StepSampler(roles.rollout, cfg, score, roles.reward_model)
+    sampler = StepSampler(roles.rollout, cfg, score, roles.reward_model, roles.judge)
     staleness = cfg.trainer.staleness
     return AheadSampler(sampler, roles.rollout, loader, staleness, steps) if staleness else sampler
 

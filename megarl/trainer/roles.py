@@ -43,6 +43,12 @@ class RewardModel(Protocol):
     def compute_rm_score(self, batch: Batch) -> Batch: ...
 
 
+class Judge(Protocol):
+    def judge(self, batch: Batch) -> Batch:
+        """`judge_scores` and `judge_parsed` [B], and what the judge read and wrote (`judge_prompt`,
+        `judge_output`)."""
+
+
 class Rollout(Protocol):
     @property
     def restarts(self) -> int:
@@ -71,7 +77,8 @@ class WeightSync(Protocol):
 
 @dataclass
 class Roles:
-    """The run's roles; the critic, the reference and the reward model are None when the recipe runs without them."""
+    """The run's roles; the critic, the reference, the reward model and the judge are None when the recipe runs
+    without them."""
 
     actor: Actor
     rollout: Rollout
@@ -79,6 +86,7 @@ class Roles:
     critic: Critic | None = None
     reference: Reference | None = None
     reward_model: RewardModel | None = None
+    judge: Judge | None = None
     # One role per pool of processes: the trained roles' (the actor's, and the critic's when it has GPUs of its own),
     # whose steps are profiled, and with the reward model's own, whose memory peaks a step reports.
     trained_pools: tuple[RoleHandle[Any], ...] = ()

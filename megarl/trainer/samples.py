@@ -4,7 +4,8 @@ After each step, `trainer.log_samples` of the batch's samples go to `{rollout_da
 per sample: verl's `input`, `output`, `gts`, `score` and `step`, where the scorer found the answer (`answer`:
 its text and character span in `output`), `acc`, the reward after the KL penalty (`reward`), the response's tokens
 one by one (`tokens`) and its per-token columns of the PPO iteration (rollout and trainer log-probs, reference
-log-probs, values, advantages, returns, entropy), with the step's metrics beside them in `{step}.metrics.json`.
+log-probs, values, advantages, returns, entropy), with a judge what it read and wrote (`judge`) and its score
+(`judge_score`), with the step's metrics beside them in `{step}.metrics.json`.
 Validations write their first samples (the same prompts each time) to `{validation_data_dir}/{step}.jsonl`.
 
 The driver writes each file whole (a temporary file renamed into place); a resumed run removes the files of steps
@@ -32,8 +33,10 @@ from parallel.batch import Batch
 TOKEN_COLUMNS = {"rollout_log_probs": "rollout_log_probs", "old_log_probs": "old_log_probs",
                  "ref_log_prob": "ref_log_prob", "values": "values", "advantages": "advantages",
                  "returns": "returns", "entropys": "entropy"}
-# Per-sample columns of some steps: the reward model's and the rules' scores apart, DAPO's overlong penalty.
-SCALAR_COLUMNS = {"rm_scores": "rm_score", "rule_scores": "rule_score", "overlong_penalty": "overlong_penalty"}
+# Per-sample columns of some steps: the reward model's, the judge's and the rules' scores apart, DAPO's overlong
+# penalty.
+SCALAR_COLUMNS = {"rm_scores": "rm_score", "judge_scores": "judge_score", "rule_scores": "rule_score",
+                  "overlong_penalty": "overlong_penalty"}
 STEP_FILE = re.compile(r"^(\d+)(\.jsonl|\.metrics\.json)$")
 # Per-token values keep float32's precision (7 significant digits), not float64's noise: small differences between
 # log-probs (the trainer/rollout ratio) must survive.
@@ -89,6 +92,9 @@ def sample_records(batch: Batch, rows: list[int], tokenizer, find_answer: FindAn
         if "agent_stats" in batch:  # multi-turn: the model's turns and the tool messages between them
             record["turns"] = turns(ids, batch["response_mask"][row, : lengths[row]].tolist(), tokenizer)
             record["agent"] = dataclasses.asdict(batch["agent_stats"][row])
+        if "judge_output" in batch:  # what the judge read and wrote, and whether its output parsed
+            record["judge"] = {"prompt": batch["judge_prompt"][row], "output": batch["judge_output"][row],
+                               "parsed": bool(batch["judge_parsed"][row])}
         for column, key in SCALAR_COLUMNS.items():
             if column in batch:
                 record[key] = float(batch[column][row])

@@ -15,12 +15,12 @@ import math
 from typing import Callable, Iterator
 
 from megarl.algorithms.dapo import groups_with_signal, trained_group_count
-from megarl.columns import ACC, RESPONSE_MASK, RM_SCORES, TOKEN_LEVEL_SCORES, UID, stage
+from megarl.columns import ACC, JUDGE_SCORES, RESPONSE_MASK, RM_SCORES, TOKEN_LEVEL_SCORES, UID, stage
 from megarl.config.schema import MegaRLConfig
 from megarl.rollout.batch import prompt_batch
 from megarl.trainer import stages
 from megarl.trainer.phases import Phase
-from megarl.trainer.roles import RewardModel, Rollout
+from megarl.trainer.roles import Judge, RewardModel, Rollout
 from megarl.trainer.stages import Score
 from parallel.batch import Batch
 
@@ -33,9 +33,11 @@ Sampler = Callable[[int, Iterator[dict], Phase], tuple[Batch, dict[str, float]]]
 class StepSampler:
     """Generates and scores a step's prompts through the rollout role; `phase(name)` times each part."""
 
-    def __init__(self, rollout: Rollout, cfg: MegaRLConfig, score: Score, reward_model: RewardModel | None = None):
-        """`reward_model`: the reward-model role, whose scores join the rules' (`reward.model`)."""
-        self.rollout, self.score, self.reward_model, self.reward = rollout, score, reward_model, cfg.reward
+    def __init__(self, rollout: Rollout, cfg: MegaRLConfig, score: Score, reward_model: RewardModel | None = None,
+                 judge: Judge | None = None):
+        """`reward_model`, `judge`: the roles whose scores join the rules' (`reward.model`, `reward.judge`)."""
+        self.rollout, self.score, self.reward_model, self.judge = rollout, score, reward_model, judge
+        self.reward = cfg.reward
         self.seed, self.n = cfg.trainer.seed, cfg.rollout.n
         self.train_batch_size, self.gen_batch_size = cfg.data.train_batch_size, cfg.data.generation_batch_size
         self.remax = cfg.algorithm.adv_estimator == "remax"
@@ -78,15 +80,26 @@ class StepSampler:
         return self.scored(batch, phase)
 
     def scored(self, batch: Batch, phase: Phase) -> tuple[Batch, dict[str, float]]:
-        """Generated responses with their scores (rules or a function, the reward model's) and shaped scores."""
+        """Generated responses with their scores (rules or a function, the reward model's, the judge's) and shaped
+        scores."""
+        by_models = self.reward_model is not None or self.judge is not None
         with phase("reward"):
-            scored, metrics = stages.score(batch, self.score, with_truth_only=self.reward_model is not None)
+            scored, metrics = stages.score(batch, self.score, with_truth_only=by_models)
+        # Beside the engine, still resident: dynamic sampling may generate another round, and a released engine would
+        # need the actor's weights again.
+        model_scores: stages.WeightedScores = {}
         if self.reward_model is not None:
-            # Beside the engine, still resident: dynamic sampling may generate another round, and a released engine
-            # would need the actor's weights again.
             with phase("reward_model"):
-                model_scores = self.reward_model.compute_rm_score(batch)[RM_SCORES]
-            scored = stages.add_model_scores(scored, model_scores, batch[RESPONSE_MASK], self.reward)
+                rm_scores = self.reward_model.compute_rm_score(batch)[RM_SCORES]
+            model_scores[RM_SCORES] = (rm_scores, self.reward.model.weight)
+        if self.judge is not None:
+            with phase("judge"):
+                judged = self.judge.judge(batch)
+            stages.check_judged(judged, self.reward.judge)
+            model_scores[JUDGE_SCORES] = (judged[JUDGE_SCORES], self.reward.judge.weight)
+            batch = batch.union(judged)
+        if by_models:
+            scored = stages.add_model_scores(scored, model_scores, batch[RESPONSE_MASK], self.reward.rule_weight)
         if self.overlong.enable:
             scored = stages.shape_overlong(scored, batch[RESPONSE_MASK], self.overlong, self.max_response_length)
         return batch.union(scored), metrics

@@ -13,9 +13,10 @@ from megarl.trainer.scaffold import tell
 from megarl.trainer.weight_sync import BridgeSync, ColocatedSync
 from megarl.workers.actor import ActorWorker
 from megarl.workers.critic import CriticWorker
-from megarl.workers.groups import (ActorGroup, CriticGroup, PooledRolloutGroup, ReferenceGroup, RewardModelGroup,
-                                   WeightSenderGroup)
+from megarl.workers.groups import (ActorGroup, CriticGroup, JudgeGroup, PooledRolloutGroup, ReferenceGroup,
+                                   RewardModelGroup, WeightSenderGroup)
 from megarl.workers.inputs import RolloutInputs, model_path, role_inputs
+from megarl.workers.judge import JudgeWorker
 from megarl.workers.reference import ReferenceWorker
 from megarl.workers.reward_model import RewardModelWorker
 from megarl.workers.rollout import ColocatedRolloutWorker, PooledRolloutWorker
@@ -47,12 +48,16 @@ def spawn_roles(cluster: Cluster, cfg: MegaRLConfig, steps: int) -> Roles:
         if inputs.reward_model.retemplate is not None:
             tell("reward model: it reads text differently from the policy (tokenizer or chat template), so each "
                  "prompt + response is decoded and encoded again for it")
+    # The judge's engine serves a checkpoint of its own: no weights of the actor's to stream, so no peer.
+    judge = (JudgeGroup(cluster[pools["judge"]].spawn("judge", JudgeWorker, inputs.judge))
+             if inputs.judge is not None else None)
     rollout, weights = place_rollout(cluster, cfg, inputs.rollout, actor)
     # One role per pool of processes, as the pools were chosen from the recipe.
     own = {name: pools.get(name, MAIN_POOL) != MAIN_POOL for name in ("critic", "reward_model")}
     trained = (actor.handle, *((critic.handle,) if critic is not None and own["critic"] else ()))
     scoring = (reward_model.handle,) if reward_model is not None and own["reward_model"] else ()
-    return Roles(actor, rollout, weights, critic, reference, reward_model, trained, (*trained, *scoring))
+    return Roles(actor, rollout, weights, critic, reference, reward_model, judge, trained_pools=trained,
+                 model_pools=(*trained, *scoring))
 
 
 def place_rollout(cluster: Cluster, cfg: MegaRLConfig, inputs: RolloutInputs,

@@ -13,12 +13,12 @@ import torch
 from megarl.algorithms import apply_kl_penalty, compute_advantage, masked_mean
 from megarl.algorithms.dapo import overlong_penalty
 from megarl.algorithms.rollout_correction import rollout_correction
-from megarl.columns import (ACC, ADVANTAGES, AGENT_STATS, DATA_SOURCE, EXTRA_INFO, FINISH_REASON, OLD_LOG_PROBS,
-                            OVERLONG_PENALTY, PRED, PROMPT_IDS, REF_LOG_PROB, RESPONSE_MASK, RESPONSES, RETURNS, REWARD_BASELINES,
-                            REWARD_MODEL, REWARD_OUTCOME, RM_SCORES, ROLLOUT_IS_WEIGHTS, ROLLOUT_LOG_PROBS,
-                            ROLLOUT_RS_MASK, RULE_SCORES, TOKEN_LEVEL_REWARDS, TOKEN_LEVEL_SCORES, UID, VALUES,
-                            response_lengths, stage)
-from megarl.config.schema import AlgorithmConfig, OverlongBufferConfig, RewardConfig, RolloutCorrectionConfig
+from megarl.columns import (ACC, ADVANTAGES, AGENT_STATS, DATA_SOURCE, EXTRA_INFO, FINISH_REASON, JUDGE_OUTPUT,
+                            JUDGE_PARSED, JUDGE_SCORES, OLD_LOG_PROBS, OVERLONG_PENALTY, PRED, PROMPT_IDS, REF_LOG_PROB,
+                            RESPONSE_MASK, RESPONSES, RETURNS, REWARD_BASELINES, REWARD_MODEL, REWARD_OUTCOME,
+                            RM_SCORES, ROLLOUT_IS_WEIGHTS, ROLLOUT_LOG_PROBS, ROLLOUT_RS_MASK, RULE_SCORES,
+                            TOKEN_LEVEL_REWARDS, TOKEN_LEVEL_SCORES, UID, VALUES, response_lengths, stage)
+from megarl.config.schema import AlgorithmConfig, JudgeConfig, OverlongBufferConfig, RolloutCorrectionConfig
 from megarl.rewards.scorer import RewardResult
 from megarl.rollout.batch import ground_truths, rule_scored
 from megarl.rollout.gates import check_logprob_agreement, logprob_agreement
@@ -61,18 +61,43 @@ def _score_rows(batch: Batch, scorer: Score, rows: list[int]) -> tuple[Batch, di
     return Batch({TOKEN_LEVEL_SCORES: scores, ACC: acc}), metrics
 
 
-@stage(reads=(TOKEN_LEVEL_SCORES,), writes=(TOKEN_LEVEL_SCORES, RULE_SCORES, RM_SCORES))
-def add_model_scores(scored: Batch, model_scores: torch.Tensor, response_mask: torch.Tensor,
-                     reward: RewardConfig) -> Batch:
-    """Each response's score becomes `reward.rule_weight` × its rule score + `reward.model.weight` × the reward
-    model's, on its last token; `rule_scores` and `rm_scores` [B] keep the two apart (their metrics)."""
+# A model's scores [B] and their weight in each response's score: the reward model's (`rm_scores`,
+# reward.model.weight), the judge's (`judge_scores`, reward.judge.weight).
+WeightedScores = dict[str, tuple[torch.Tensor, float]]
+
+
+@stage(reads=(TOKEN_LEVEL_SCORES,), writes=(TOKEN_LEVEL_SCORES, RULE_SCORES), may_write=(RM_SCORES, JUDGE_SCORES))
+def add_model_scores(scored: Batch, model_scores: WeightedScores, response_mask: torch.Tensor,
+                     rule_weight: float) -> Batch:
+    """Each response's score becomes `rule_weight` × its rule score + each model's weight × that model's score, on
+    its last token; `rule_scores` and each model's column [B] keep them apart (their metrics)."""
     lengths = response_lengths(response_mask)
     rows = torch.nonzero(lengths > 0).squeeze(-1)
     rule_scores = scored[TOKEN_LEVEL_SCORES].sum(-1)
-    combined = scored[TOKEN_LEVEL_SCORES] * reward.rule_weight
-    combined[rows, lengths[rows] - 1] += reward.model.weight * model_scores[rows].to(combined.dtype)
-    return Batch({**scored.tensors, TOKEN_LEVEL_SCORES: combined, RULE_SCORES: rule_scores,
-                  RM_SCORES: model_scores.float()}, scored.fields)
+    combined = scored[TOKEN_LEVEL_SCORES] * rule_weight
+    for scores, weight in model_scores.values():
+        combined[rows, lengths[rows] - 1] += weight * scores[rows].to(combined.dtype)
+    kept = {column: scores.float() for column, (scores, _) in model_scores.items()}
+    return Batch({**scored.tensors, TOKEN_LEVEL_SCORES: combined, RULE_SCORES: rule_scores, **kept}, scored.fields)
+
+
+class JudgeUnparsedError(RuntimeError):
+    """No output of the judge's parsed in a whole batch: its prompt or its parser is wrong, not one answer."""
+
+
+@stage(reads=(JUDGE_PARSED, JUDGE_OUTPUT))
+def check_judged(judged: Batch, judge: JudgeConfig) -> None:
+    """Raise JudgeUnparsedError where no response of the batch got a parsed score: every reward would be
+    `reward.judge.unparsed_score`, a constant the policy cannot learn from."""
+    if len(judged) and not judged[JUDGE_PARSED].any():
+        parse = judge.parse
+        raise JudgeUnparsedError(
+            f"none of the judge's {len(judged)} outputs of the batch parsed (reward.judge.parse.type={parse.type}"
+            + (f", pattern={parse.pattern!r}" if parse.type == "regex" else "")
+            + (f", on the scale [{parse.min}, {parse.max}]" if parse.type == "last_number" else "")
+            + f"): fix reward.judge.prompt so that the judge answers as the parser reads, or the parser.\n"
+            f"The template (reward.judge.prompt):\n{judge.prompt}\n"
+            f"The judge's output for the first response:\n{judged[JUDGE_OUTPUT][0]}")
 
 
 @stage(reads=(TOKEN_LEVEL_SCORES,), writes=(TOKEN_LEVEL_SCORES, OVERLONG_PENALTY))
@@ -149,7 +174,8 @@ def advantages(batch: Batch, algorithm: AlgorithmConfig) -> Batch:
 
 
 @stage(reads=(RESPONSE_MASK, TOKEN_LEVEL_SCORES, TOKEN_LEVEL_REWARDS, ADVANTAGES, RETURNS),
-       reads_if_present=(UID, VALUES, RM_SCORES, RULE_SCORES, OVERLONG_PENALTY, AGENT_STATS))
+       reads_if_present=(UID, VALUES, RM_SCORES, RULE_SCORES, JUDGE_SCORES, JUDGE_PARSED, OVERLONG_PENALTY,
+                         AGENT_STATS))
 def data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
     """verl's `critic/*` and `response_length/*` metrics of a scored, rewarded, advantaged batch (and with
     overlong shaping, the mean penalty and the fraction of responses penalised)."""
@@ -175,9 +201,15 @@ def data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
         metrics["critic/score/varied_ratio"] = varied_ratio(scores, list(batch[UID]))
     if VALUES in batch:
         metrics["critic/values/mean"] = masked_mean(batch[VALUES], mask).item()
+    if RULE_SCORES in batch:
+        metrics["reward/rule_score/mean"] = batch[RULE_SCORES].mean().item()
     if RM_SCORES in batch:
         metrics["reward/model_score/mean"] = batch[RM_SCORES].mean().item()
-        metrics["reward/rule_score/mean"] = batch[RULE_SCORES].mean().item()
+    if JUDGE_SCORES in batch:
+        judged = batch[JUDGE_SCORES]
+        metrics.update({"reward/judge_score/mean": judged.mean().item(), "reward/judge_score/min": judged.min().item(),
+                        "reward/judge_score/max": judged.max().item(),
+                        "reward/judge_unparsed": float((batch[JUDGE_PARSED] == 0).sum().item())})
     if OVERLONG_PENALTY in batch:
         metrics["reward/overlong_penalty/mean"] = batch[OVERLONG_PENALTY].mean().item()
         metrics["reward/overlong_ratio"] = (batch[OVERLONG_PENALTY] < 0).float().mean().item()

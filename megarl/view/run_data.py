@@ -32,7 +32,7 @@ STRIPS: tuple[tuple[str, str, Callable[[dict], list | None]], ...] = (
     ("entropy", "entropy", lambda s: s.get("entropy")),
 )
 SAMPLE_FIELDS = ("index", "uid", "data_source", "input", "output", "gts", "score", "acc", "reward", "finish_reason",
-                 "response_length", "rm_score", "rule_score", "turns", "agent")
+                 "response_length", "rm_score", "judge_score", "rule_score", "turns", "agent", "judge")
 
 
 class RunDirError(Exception):

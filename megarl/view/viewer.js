@@ -154,6 +154,15 @@ function turnList(sample) {
     el("p", { class: "meta", text: `${sample.turns.filter((t) => t.by === "model").length} model turns${calls}` }));
 }
 
+// What an LLM judge read and wrote for the sample, and whether its output parsed into the score.
+function judgeBlock(sample) {
+  const judge = sample.judge;
+  return el("div", { id: "judge" },
+    el("div", { class: "turn-label", text: "judge's prompt" }), el("pre", { class: "text", text: judge.prompt }),
+    el("div", { class: "turn-label", text: judge.parsed ? "judge's output" : "judge's output · did not parse" }),
+    el("pre", { class: "text", text: judge.output }));
+}
+
 function table(id, rows) {
   return el("table", { id, class: "kv" },
     ...rows.map(([name, value]) => el("tr", {}, el("th", { text: name }), el("td", { text: fmt(value) }))));
@@ -204,8 +213,11 @@ function renderStages() {
     stage("stage-reward", "3 · Reward", table("reward-table", [
       ["ground truth", sample.gts], ["extracted answer", sample.answer ? sample.answer.text : null],
       ["score", sample.score], ["acc", sample.acc],
-      ...(sample.rm_score == null ? [] : [["reward model's score", sample.rm_score], ["rule score", sample.rule_score]]),
-      ["reward (after KL)", sample.reward], ["data source", sample.data_source], ["uid", sample.uid]])),
+      ...(sample.rm_score == null ? [] : [["reward model's score", sample.rm_score]]),
+      ...(sample.judge_score == null ? [] : [["judge's score", sample.judge_score]]),
+      ...(sample.rule_score == null ? [] : [["rule score", sample.rule_score]]),
+      ["reward (after KL)", sample.reward], ["data source", sample.data_source], ["uid", sample.uid]]),
+      ...(sample.judge ? [judgeBlock(sample)] : [])),
     stage("stage-tokens", "4 · Per-token values (blue negative, red positive)",
       ...(sample.strips.length ? sample.strips.map((strip) => heatStrip(strip, sample.tokens))
         : [note("This sample has no per-token values.")])),

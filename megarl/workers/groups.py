@@ -10,6 +10,7 @@ from typing import Any, Generic, TypeVar
 from megarl.workers import TrainedWorker
 from megarl.workers.actor import ActorWorker
 from megarl.workers.critic import CriticWorker
+from megarl.workers.judge import JudgeWorker
 from megarl.workers.reference import ReferenceWorker
 from megarl.workers.reward_model import RewardModelWorker
 from megarl.workers.rollout import ColocatedRolloutWorker, PooledRolloutWorker, RolloutWorker
@@ -71,6 +72,14 @@ class RewardModelGroup:
 
     def compute_rm_score(self, batch: Batch) -> Batch:
         return self.handle.call(RewardModelWorker.compute_rm_score, batch)
+
+
+class JudgeGroup:
+    def __init__(self, handle: RoleHandle[JudgeWorker]):
+        self.handle = handle
+
+    def judge(self, batch: Batch) -> Batch:
+        return self.handle.call(JudgeWorker.judge, batch)
 
 
 class RolloutGroup(Generic[R]):

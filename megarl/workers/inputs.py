@@ -14,6 +14,7 @@ from typing import Optional
 from megarl.config.schema import (
     ActorConfig,
     CriticConfig,
+    JudgeConfig,
     LoRAConfig,
     MegaRLConfig,
     MegatronConfig,
@@ -119,12 +120,23 @@ class RewardModelInputs:
 
 
 @dataclass(frozen=True)
+class JudgeInputs:
+    """The judge's (reward.judge): its model, prompt, parser and sampling, the engine that serves it and the policy's
+    tokenizer, which decodes the responses it reads."""
+
+    judge: JudgeConfig
+    engine: RolloutConfig  # the rollout backend (rollout.name) at the judge's share of each GPU
+    policy: ModelConfig
+    seed: int
+
+
+@dataclass(frozen=True)
 class StreamingReward:
     """What the rollout's async mode scores each response with, as it finishes, on the engine's owner."""
 
     model: ModelConfig  # its tokenizer decodes the responses
     reward: RewardConfig
-    truth_only: bool  # a reward model scores too: only responses with a ground truth get a rule score
+    truth_only: bool  # a reward model or a judge scores too: only responses with a ground truth get a rule score
     output_log: str  # reward_output_log's
 
 
@@ -166,6 +178,7 @@ class RoleInputs:
     critic: Optional[CriticInputs]
     reference: Optional[ReferenceInputs]
     reward_model: Optional[RewardModelInputs] = None
+    judge: Optional[JudgeInputs] = None
 
 
 def logprob_temperature(rollout: RolloutConfig) -> float:
@@ -238,8 +251,17 @@ def reward_model_inputs(cfg: MegaRLConfig) -> RewardModelInputs:
                              resident=model.enable_resource_pool, retemplate=retemplate)
 
 
+def judge_inputs(cfg: MegaRLConfig) -> JudgeInputs:
+    """Its engine is the rollout backend's, of one GPU on each rank, at the judge's own share of it."""
+    judge = cfg.reward.judge
+    model_path(judge.model.path, "reward.judge.model.path")
+    engine = RolloutConfig(name=cfg.rollout.name, gpu_memory_utilization=judge.gpu_memory_utilization,
+                           engine_kwargs=dict(judge.engine_kwargs))
+    return JudgeInputs(judge, engine, cfg.model, cfg.trainer.seed)
+
+
 def rollout_inputs(cfg: MegaRLConfig) -> RolloutInputs:
-    streaming = (StreamingReward(cfg.model, cfg.reward, bool(cfg.reward.model.path), reward_output_log(cfg))
+    streaming = (StreamingReward(cfg.model, cfg.reward, cfg.reward.scored_by_models, reward_output_log(cfg))
                  if cfg.rollout.mode == "async" else None)
     return RolloutInputs(cfg.model.path, cfg.actor.megatron.tensor_model_parallel_size, cfg.rollout,
                          cfg.data.max_response_length, cfg.trainer.seed, streaming, cfg.rollout.enable_resource_pool,
@@ -259,7 +281,8 @@ def role_inputs(cfg: MegaRLConfig, total_steps: int) -> RoleInputs:
     return RoleInputs(actor_inputs(cfg, total_steps), rollout_inputs(cfg),
                       critic_inputs(cfg, total_steps) if cfg.use_critic else None,
                       reference_inputs(cfg) if cfg.reference_model else None,
-                      reward_model_inputs(cfg) if cfg.reward.model.path else None)
+                      reward_model_inputs(cfg) if cfg.reward.model.path else None,
+                      judge_inputs(cfg) if cfg.reward.judge.model.path else None)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from megarl.trainer.roles import Roles
 from megarl.trainer.sampling import StepSampler
 from megarl.workers.actor import ActorWorker
 from megarl.workers.critic import CriticWorker
+from megarl.workers.judge import JudgeWorker, judged
 from megarl.workers.reference import ReferenceWorker
 from megarl.workers.reward_model import RewardModelWorker
 from megarl.workers.rollout import RolloutWorker
@@ -42,6 +43,9 @@ ALGORITHMS = {  # name: (overrides, columns the step's batch must end with, colu
              {"values"}),
     "reward_model": (["algorithm.adv_estimator=grpo", "reward.model.path=unused"], {"rm_scores", "rule_scores"},
                      {"ref_log_prob"}),
+    "judge": (["algorithm.adv_estimator=grpo", "reward.model.path=unused", "reward.judge.model.path=unused"],
+              {"rm_scores", "judge_scores", "judge_parsed", "judge_prompt", "judge_output", "rule_scores"},
+              {"ref_log_prob"}),
 }
 
 
@@ -76,6 +80,17 @@ class Reference:
 
 class RewardModel:
     compute_rm_score = played(RewardModelWorker.compute_rm_score)
+
+
+class Judge:
+    """Plays JudgeWorker.judge: every response judged 1, its output parsed."""
+
+    def judge(self, batch):
+        contract = contract_of(JudgeWorker.judge)
+        contract.check_input(batch)
+        out = judged([1.0] * len(batch), ["prompt"] * len(batch), ["1"] * len(batch), 0.0)
+        contract.check_output(batch, out)
+        return out
 
 
 class Rollout:
@@ -119,7 +134,7 @@ def roles(cfg, tokenizer) -> Roles:
     actor = Actor()
     reference = Reference() if cfg.reference_model else actor if cfg.use_reference else None
     return Roles(actor, Rollout(tokenizer, cfg.rollout.n), NoSync(), Critic() if cfg.use_critic else None, reference,
-                 RewardModel() if cfg.reward.model.path else None)
+                 RewardModel() if cfg.reward.model.path else None, Judge() if cfg.reward.judge.model.path else None)
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
@@ -128,7 +143,8 @@ def test_each_stage_reads_what_an_earlier_stage_wrote(tokenizer, algorithm):
     cfg = load_config(overrides=[*SMALL, *overrides])
     cast = roles(cfg, tokenizer)
     kl = cfg.algorithm.kl_ctrl
-    sample = StepSampler(cast.rollout, cfg, RewardScorer(tokenizer, default_compute_score), cast.reward_model)
+    sample = StepSampler(cast.rollout, cfg, RewardScorer(tokenizer, default_compute_score), cast.reward_model,
+                         cast.judge)
     step = RLStep(cast, cfg, sample, make_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon))
     batch, metrics = step(1, prompts())
     assert present <= set(batch.keys()) and not absent & set(batch.keys()), sorted(batch.keys())

@@ -98,8 +98,7 @@ def test_gae_uses_the_critic_values(batch):
 def test_a_reward_models_score_joins_the_rules_on_the_last_token(batch, tokenizer):
     scored, _ = score(batch, RewardScorer(tokenizer, default_compute_score))
     model_scores = torch.tensor([0.5, -1.0, 2.0, 0.25])
-    reward = load_config(overrides=["reward.rule_weight=0.5", "reward.model.weight=2.0"]).reward
-    combined = add_model_scores(scored, model_scores, batch["response_mask"], reward)
+    combined = add_model_scores(scored, {"rm_scores": (model_scores, 2.0)}, batch["response_mask"], 0.5)
     assert combined["token_level_scores"].sum(-1).tolist() == [1.5, -2.0, 4.5, 1.0]
     last = batch["response_mask"].sum(-1).long() - 1
     assert torch.equal(combined["token_level_scores"][torch.arange(4), last], combined["token_level_scores"].sum(-1))
@@ -109,6 +108,21 @@ def test_a_reward_models_score_joins_the_rules_on_the_last_token(batch, tokenize
         "returns": combined["token_level_scores"]})), 16)
     assert metrics["reward/model_score/mean"] == pytest.approx(0.4375)
     assert metrics["reward/rule_score/mean"] == pytest.approx(0.75)
+
+
+def test_a_judges_score_joins_the_rules_and_the_reward_models_by_its_weight(batch, tokenizer):
+    scored, _ = score(batch, RewardScorer(tokenizer, default_compute_score))
+    rm, judge = torch.tensor([0.5, -1.0, 2.0, 0.25]), torch.tensor([8.0, 0.0, 3.0, 10.0])
+    combined = add_model_scores(scored, {"rm_scores": (rm, 2.0), "judge_scores": (judge, 0.1)},
+                                batch["response_mask"], 0.5)
+    assert combined["token_level_scores"].sum(-1).tolist() == pytest.approx([2.3, -2.0, 4.8, 2.0])
+    assert torch.equal(combined["judge_scores"], judge)
+    parsed = Batch({"judge_parsed": torch.tensor([1.0, 0.0, 1.0, 1.0])})
+    metrics = data_metrics(batch.union(combined).union(parsed).union(Batch({
+        "token_level_rewards": combined["token_level_scores"], "advantages": combined["token_level_scores"],
+        "returns": combined["token_level_scores"]})), 16)
+    assert (metrics["reward/judge_score/mean"], metrics["reward/judge_score/min"],
+            metrics["reward/judge_score/max"], metrics["reward/judge_unparsed"]) == (5.25, 0.0, 10.0, 1.0)
 
 
 def test_with_a_reward_model_rows_without_ground_truth_skip_the_rules(batch, tokenizer):

@@ -68,6 +68,10 @@ def train_sample(step: int, index: int) -> dict:
         sample.update(ref_log_prob=[x - 0.02 * math.cos(i) for i, x in enumerate(old)],
                       values=[math.sin(i) for i in range(n)], entropy=[0.1 * (i % 5) for i in range(n)],
                       rm_score=0.75, rule_score=1.0)
+    if index == 0:  # judged by an LLM (reward.judge): its output parses at odd steps
+        sample.update(judge_score=7.0 if step % 2 else 0.0, rule_score=1.0,
+                      judge={"prompt": f"<|im_start|>user\nRate <this> answer of step {step}",
+                             "output": "I rate it 7" if step % 2 else "I cannot say", "parsed": bool(step % 2)})
     if index == 2:  # a multi-turn sample: a call, the tool's result, the answer
         sample.update(turns=[{"by": "model", "text": "<tool_call>{...}</tool_call>"},
                              {"by": "tool", "text": "<tool_response>42</tool_response>"},
@@ -150,6 +154,17 @@ def test_the_hash_selects_the_sample_and_its_stages_come_in_order(dom):
     reward = section(dom, "stage-reward")
     assert all(text in reward for text in ("ground truth", "31", "reward (after KL)", "0.98"))
     assert "reward model's score</th><td>0.75" in reward.replace("&#39;", "'")
+
+
+def test_a_judged_sample_shows_the_judges_prompt_output_and_score(page, tmp_path):
+    dom = chromium(tmp_path, page.as_uri() + "#step=3&sample=0", "--dump-dom").stdout
+    reward = section(dom, "stage-reward").replace("&#39;", "'")
+    assert "judge's score</th><td>7</td>" in reward and "rule score</th><td>1</td>" in reward
+    assert "reward model's score" not in reward
+    assert html.escape("<|im_start|>user\nRate <this> answer of step 3", quote=False) in reward
+    assert "judge's output</div>" in reward and "I rate it 7" in reward
+    unparsed = section(chromium(tmp_path, page.as_uri() + "#step=2&sample=0", "--dump-dom").stdout, "stage-reward")
+    assert "judge's output · did not parse" in unparsed.replace("&#39;", "'") and "I cannot say" in unparsed
 
 
 def test_heat_strips_have_one_span_per_response_token(dom):

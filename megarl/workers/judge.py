@@ -1,0 +1,124 @@
+"""The judge role (`reward.judge`, docs/judge.md): an LLM that reads each response in a prompt of its own and whose
+answer, parsed, is the response's score. It runs in the actor's processes, an engine of the rollout backend of one
+GPU on each rank (the transformers engine on CPU, SGLang on GPU) serving the judge's own checkpoint, which no
+weight sync touches; the engine's KV cache is released outside the judge's pass, so the policy's phases have that
+memory (its weights stay: the engine could not get them back without reading the checkpoint again).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+import torch.distributed as dist
+
+from megarl.columns import (EXTRA_INFO, JUDGE_OUTPUT, JUDGE_PARSED, JUDGE_PROMPT, JUDGE_SCORES, RAW_PROMPT,
+                            RESPONSE_MASK, RESPONSES, REWARD_MODEL, response_lengths, stage)
+from megarl.config.schema import JudgeConfig
+from megarl.models.bridge import load_hf_config
+from megarl.models.tokenizer import load_tokenizer
+from megarl.rewards.judge import judge_parser, render_prompt
+from megarl.rollout.base import KV_CACHE, RolloutEngine, SamplingParams, rollout_backend
+from megarl.rollout.batch import ground_truths
+from megarl.workers.inputs import JudgeInputs, model_path
+from parallel.batch import Batch
+from parallel.dispatch import Collect, Dispatch, RankLayout, worker_method
+from parallel.engines import place_engines
+from parallel.worker import Worker
+
+JUDGED = (JUDGE_SCORES, JUDGE_PARSED, JUDGE_PROMPT, JUDGE_OUTPUT)
+
+
+def word_token_ids(tokenizer, words: Sequence[str]) -> list[int]:
+    """The token id of each word, which must be one token of the judge's tokenizer."""
+    ids = []
+    for key, word in zip(("yes", "no"), words):
+        pieces = tokenizer.encode(word, add_special_tokens=False)
+        if len(pieces) != 1:
+            shown = [tokenizer.decode([piece]) for piece in pieces]
+            raise ValueError(f"reward.judge.parse.{key}={word!r} is {len(pieces)} tokens of the judge's tokenizer "
+                             f"({shown}): yes_no reads one token per word; choose words of one token each (often "
+                             f"with a leading space, ' {word.strip()}', or capitalised)")
+        ids.append(pieces[0])
+    return ids
+
+
+class Judge:
+    """The judge's work on its engine's owner: each response's prompt rendered, the engine asked (a generation, or
+    the next-token log-probs of the parser's words), the answer parsed. Apart from the worker, so that it runs on an
+    engine without a process group."""
+
+    def __init__(self, engine: RolloutEngine, judge: JudgeConfig, tokenizer, policy_tokenizer, seed: int = 0):
+        self.engine, self.config, self.tokenizer, self.policy_tokenizer = engine, judge, tokenizer, policy_tokenizer
+        self.parser = judge_parser(judge.parse)
+        self.word_ids = word_token_ids(tokenizer, self.parser.words) if self.parser.words else []
+        sampling = judge.sampling
+        self.params = SamplingParams(n=1, temperature=sampling.temperature, top_p=sampling.top_p,
+                                     top_k=sampling.top_k, max_new_tokens=sampling.max_new_tokens, seed=seed)
+
+    def rendered(self, batch: Batch) -> list[str]:
+        """What the judge reads for each response: the template filled, as a user turn of the judge's chat template,
+        with the generation prompt."""
+        lengths = response_lengths(batch[RESPONSE_MASK]).tolist()
+        extras = list(batch[EXTRA_INFO]) if EXTRA_INFO in batch else [None] * len(batch)
+        texts = []
+        for row, (length, truth, extra) in enumerate(zip(lengths, ground_truths(batch), extras)):
+            response = self.policy_tokenizer.decode(batch[RESPONSES][row, :length].tolist(), skip_special_tokens=True)
+            content = render_prompt(self.config.prompt, batch[RAW_PROMPT][row], response, truth, extra)
+            texts.append(self.tokenizer.apply_chat_template([{"role": "user", "content": content}],
+                                                            add_generation_prompt=True, tokenize=False))
+        return texts
+
+    def __call__(self, batch: Batch) -> Batch:
+        prompts = self.rendered(batch)
+        ids = [self.tokenizer(text, add_special_tokens=False)["input_ids"] for text in prompts]
+        if self.word_ids:
+            word_logprobs = self.engine.next_token_logprobs(ids, self.word_ids)
+            outputs = [", ".join(f"{word}: log-prob {lp:.4f}" for word, lp in zip(self.parser.words, lps))
+                       for lps in word_logprobs]
+            scores = [self.parser.score("", lps) for lps in word_logprobs]
+        else:
+            groups = self.engine.generate(ids, self.params)
+            outputs = [self.tokenizer.decode(group[0].token_ids, skip_special_tokens=True) for group in groups]
+            scores = [self.parser.score(text) for text in outputs]
+        return judged(scores, prompts, outputs, self.config.unparsed_score)
+
+
+def judged(scores: list[Optional[float]], prompts: list[str], outputs: list[str], unparsed_score: float) -> Batch:
+    """The judge's columns: an output that did not parse (None) scores `unparsed_score`."""
+    values = [unparsed_score if score is None else score for score in scores]
+    return Batch({JUDGE_SCORES: torch.tensor(values, dtype=torch.float32),
+                  JUDGE_PARSED: torch.tensor([score is not None for score in scores], dtype=torch.float32)},
+                 {JUDGE_PROMPT: prompts, JUDGE_OUTPUT: outputs})
+
+
+class JudgeWorker(Worker):
+    """On every rank of the actor's pool: an engine of one GPU each, whose share of a batch is its rank's."""
+
+    def __init__(self, inputs: JudgeInputs):
+        self.placement = place_engines(1, 1)
+        path = model_path(inputs.judge.model.path, "reward.judge.model.path")
+        slot = self.placement.slot
+        self.engine = rollout_backend(inputs.engine.name).from_config(
+            inputs.engine, path, engine_ranks=slot.engine_ranks, group=self.placement.group,
+            local_devices=self.placement.local_devices, hf_config=load_hf_config(path), seed=inputs.seed + slot.engine)
+        self.engine.release_memory([KV_CACHE])  # until its first pass
+        self.judge_batch = Judge(self.engine, inputs.judge, load_tokenizer(inputs.judge.model),
+                                 load_tokenizer(inputs.policy), inputs.seed)
+
+    def layout(self) -> RankLayout:
+        return RankLayout(dist.get_rank(), dist.get_world_size(), True)
+
+    def close(self) -> None:
+        self.engine.shutdown()
+
+    @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
+    @stage(reads=(RESPONSES, RESPONSE_MASK, RAW_PROMPT, REWARD_MODEL), writes=JUDGED, reads_if_present=(EXTRA_INFO,))
+    def judge(self, batch: Batch) -> Batch:
+        """This rank's share of the responses judged: `judge_scores`, `judge_parsed` and what the judge read and
+        wrote."""
+        self.engine.resume_memory([KV_CACHE])
+        try:
+            return self.judge_batch(batch)
+        finally:
+            self.engine.release_memory([KV_CACHE])

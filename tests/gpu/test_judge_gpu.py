@@ -1,0 +1,73 @@
+"""GPU (one H100 or H200, SGLang): a 0.5B-shaped judge (`reward.judge`) on an SGLang engine of its own in the actor's
+process, beside the rollout engine, rewarding GRPO on a 0.5B-shaped policy alone: yes_no through SGLang's
+`token_ids_logprob` (its scores against transformers' softmax over the two words' logits on the logged prompts), and
+a generating judge (regex over its digits). Not yet run: written in the CPU-only session that built the judge.
+
+Rows for benchmarks/results/ go to $MEGARL_RESULTS_DIR/judge_gpu.json when it is set: the judge's share of the
+step and its tokens/s."""
+
+import json
+import subprocess
+
+import pytest
+import torch
+
+from tests.gpu.test_recipes_gpu import one_gpu_grpo_command, read_metrics, record
+from tests.helpers import GPU0_ENV, REPO_ROOT, write_digits_only
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA and SGLang (the device machines)")
+
+JUDGE_ENGINE = ["reward.judge.engine_kwargs.attention_backend=triton",
+                "reward.judge.engine_kwargs.sampling_backend=pytorch",
+                "reward.judge.engine_kwargs.cuda_graph_max_bs_decode=64"]
+PARSES = {"yes_no": ["reward.judge.parse.type=yes_no", 'reward.judge.parse.yes="Y"', 'reward.judge.parse.no="N"'],
+          "regex": ["reward.judge.parse.type=regex", "reward.judge.parse.pattern='(\\d)'",
+                    "reward.judge.sampling.max_new_tokens=8"]}
+
+
+@pytest.mark.parametrize("parse", sorted(PARSES))
+def test_a_judge_on_sglang_beside_the_policy(tmp_path, parse):
+    from megarl.models.init_model import write_model
+
+    judge = write_digits_only(write_model("qwen2.5-0.5b", tmp_path / "judge", seed=1))
+    out = tmp_path / "run"
+    cmd = one_gpu_grpo_command(tmp_path, out, f"reward.judge.model.path={judge}", "reward.rule_weight=0",
+                               "trainer.total_training_steps=3", "trainer.log_samples=-1", *JUDGE_ENGINE,
+                               *PARSES[parse])
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900, env=GPU0_ENV)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    steps = read_metrics(out / "metrics.jsonl")
+    records = [json.loads(line) for line in (out / "samples" / "train" / "3.jsonl").read_text().splitlines()]
+    judged_tokens = _judge_tokens(judge, records, ("prompt", "output") if parse == "regex" else ("prompt",))
+    record({"what": f"judge-{parse}-colocated", "command": "MEGARL_RESULTS_DIR=$OUT python -m pytest "
+            f"tests/gpu/test_judge_gpu.py -k {parse}", "model_shape": "qwen2.5-0.5b policy and judge",
+            "random_init": True, "judge_s": [s["timing_s/judge"] for s in steps],
+            "judge_share_of_step": [s["timing_s/judge"] / s["timing_s/step"] for s in steps],
+            "judge_tokens_per_s_step3": judged_tokens / steps[-1]["timing_s/judge"]}, name="judge_gpu.json")
+    for step in steps:
+        assert step["reward/judge_unparsed"] == 0 and step["timing_s/judge"] > 0
+        assert step["critic/score/mean"] == pytest.approx(step["reward/judge_score/mean"], abs=1e-4)
+    if parse == "yes_no":
+        _check_yes_no_against_transformers(judge, records)
+
+
+def _judge_tokens(judge, records, parts) -> int:
+    """The tokens the judge read and wrote in a step (its prompts; its outputs where it generated)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(judge)
+    return sum(len(tokenizer(r["judge"][part], add_special_tokens=False)["input_ids"])
+               for r in records for part in parts)
+
+
+def _check_yes_no_against_transformers(judge, records) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(judge)
+    model = AutoModelForCausalLM.from_pretrained(judge, dtype=torch.float32).cuda().eval()
+    words = [tokenizer.convert_tokens_to_ids(word) for word in ("Y", "N")]
+    for r in records:
+        ids = torch.tensor([tokenizer(r["judge"]["prompt"], add_special_tokens=False)["input_ids"]], device="cuda")
+        with torch.no_grad():
+            expected = torch.softmax(model(ids).logits[0, -1, words], -1)[0].item()
+        assert r["judge_score"] == pytest.approx(expected, abs=0.02), r  # SGLang computes in bf16
