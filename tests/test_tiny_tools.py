@@ -1,8 +1,9 @@
 """`launch/tiny_cpu.sh tools` end to end on CPU: a tiny model learns to call the python tool (rollout.multi_turn,
 the sandbox) on 4-digit products it cannot work out in its head. After the SFT warm start, GRPO raises the training
-reward and greedy validation from ≤ 0.3 to ≥ 0.8, the share of samples that call the tool rising with them (Ray, sync
-mode). The async mode under torchrun computes the same steps: its first steps' metrics equal the sync run's. PPO's critic, DAPO's dynamic
-sampling and engines on a pool of their own, a step ahead, take the multi-turn batches too."""
+reward and greedy validation from ≤ 0.3 to ≥ 0.8, the share of samples that call the tool rising with them (Ray,
+sync mode). The async mode under torchrun computes the same steps: its first steps' metrics equal the sync run's.
+PPO's critic, DAPO's dynamic sampling and engines on a pool of their own, a step ahead, take the multi-turn batches
+too."""
 
 import json
 import sys
@@ -29,14 +30,16 @@ def run_tools(workdir, name, launcher, *overrides):
 
 def steps_and_validation(proc, workdir, name):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    rows = [json.loads(line) for line in (workdir / "outputs/tiny_cpu" / name / "metrics.jsonl").read_text().splitlines()]
+    metrics = workdir / "outputs/tiny_cpu" / name / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     return [r for r in rows if r["step"] > 0], {r["step"]: r[VAL] for r in rows if VAL in r}
 
 
 def train_from_warm_start(workdir, name, processes, *overrides):
     """The tools recipe from the sync run's warm start, under torchrun on `processes` processes, two steps."""
     proc = run_command([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes),
-                        "--master-port", str(free_port()), "-m", "megarl.train", "--recipe", "recipes/tiny_cpu_tools.yaml",
+                        "--master-port", str(free_port()), "-m", "megarl.train",
+                        "--recipe", "recipes/tiny_cpu_tools.yaml",
                         f"trainer.experiment_name={name}", "trainer.total_training_steps=2", "data.val_files=[]",
                         *overrides], timeout=600, cwd=workdir)
     return steps_and_validation(proc, workdir, name)[0]
