@@ -117,7 +117,6 @@ class TransformersEngine(RolloutEngine):
                     on_response(i, k, response)
         return results
 
-
     def next_token_logprobs(self, prompts: Sequence[Sequence[int]], token_ids: Sequence[int]) -> list[list[float]]:
         if not self.is_owner:
             raise RuntimeError("next_token_logprobs runs on the engine's first rank")
