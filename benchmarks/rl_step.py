@@ -41,7 +41,6 @@ UPDATE_PHASES = {"update_actor": "actor", "update_critic": "critic"}
 
 
 def prepare(args, work: Path) -> tuple[Path, Path]:
-    from megarl.data.preprocess import preprocess
     from megarl.models.init_model import write_model
 
     import torch
@@ -49,9 +48,16 @@ def prepare(args, work: Path) -> tuple[Path, Path]:
     model = work / args.shape
     if not (model / "config.json").exists():
         write_model(args.shape, model, dtype=torch.bfloat16)
+    return model, prepare_data(args.data, work)
+
+
+def prepare_data(raw: Path, work: Path) -> Path:
+    """GSM8K's training parquet under `work`, from its raw files at `raw` (once)."""
+    from megarl.data.preprocess import preprocess
+
     if not (work / "gsm8k/train.parquet").exists():
-        preprocess("gsm8k", str(args.data), work / "gsm8k")
-    return model, work / "gsm8k/train.parquet"
+        preprocess("gsm8k", str(raw), work / "gsm8k")
+    return work / "gsm8k/train.parquet"
 
 
 def overrides(args, model: Path, train: Path, out_dir: Path) -> list[str]:
