@@ -103,6 +103,17 @@ def multi_turn_checks(steps: list[dict], turns: int) -> dict:
     return seen
 
 
+def machine_fields(cfg) -> dict:
+    """The card and the actor's layer implementation the row was measured with."""
+    import torch
+
+    from megarl.models.accelerators import uses_transformer_engine
+
+    te = uses_transformer_engine(cfg.actor.megatron.transformer_impl)
+    return {"card": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+            "model_path": "Transformer Engine layers" if te else "megatron-core local layers"}
+
+
 def main() -> int:
     parser = recipe_run_parser(__doc__, steps=6, work="/tmp/multi_turn")
     parser.add_argument("--turns", type=int, default=3, help="assistant turns per trajectory, each ending in a call")
@@ -147,6 +158,7 @@ def main() -> int:
            "model": "scripted chain caller (random weights, zero output projections; benchmarks/multi_turn.py)",
            "random_init": True, "backend": cfg.rollout.name, "batch": cfg.data.train_batch_size, "n": cfg.rollout.n,
            "turns": args.turns, "model_tokens_per_trajectory": model_tokens, "tool_code": args.code, **runs}
+    row.update(machine_fields(cfg))
     row["multi_vs_single"] = row["multi_turn"]["gen_model_tokens_per_s"] / row["single_turn"]["gen_model_tokens_per_s"]
     return append_row(args.out, row, 0, "")
 

@@ -1,7 +1,8 @@
 """GPU (one H100 or H200, SGLang): a 0.5B-shaped judge (`reward.judge`) on an SGLang engine of its own in the actor's
 process, beside the rollout engine, rewarding GRPO on a 0.5B-shaped policy alone: yes_no through SGLang's
 `token_ids_logprob` (its scores against transformers' softmax over the two words' logits on the logged prompts), and
-a generating judge (regex over its digits). Not yet run: written in the CPU-only session that built the judge.
+a generating judge (regex over its digits). The regex case passed on one H200
+(benchmarks/results/2026-11-28-judge-gpu.json); the yes_no case has not run to its end yet.
 
 Rows for benchmarks/results/ go to $MEGARL_RESULTS_DIR/judge_gpu.json when it is set: the judge's share of the
 step and its tokens/s."""
