@@ -1,7 +1,8 @@
-"""Which GPUs each role runs on, from the recipe: the actor, its rollout engine and the reference (and the judge) share the main
-pool (`trainer.nnodes` × `trainer.n_gpus_per_node`, one process per GPU hosting them all); the critic, the reward model
-and the rollout engines share those processes too, or each gets a pool of its own (`critic.enable_resource_pool`,
-`reward.model.enable_resource_pool`, `rollout.enable_resource_pool`)."""
+"""Which GPUs each role runs on, from the recipe: the actor, its rollout engine and the reference share the main
+pool (`trainer.nnodes` × `trainer.n_gpus_per_node`, one process per GPU hosting them all); the critic, the reward
+model, the judge and the rollout engines share those processes too, or each gets a pool of its own
+(`critic.enable_resource_pool`, `reward.model.enable_resource_pool`, `reward.judge.enable_resource_pool`,
+`rollout.enable_resource_pool`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from parallel.controller import Cluster, PoolSpec, resolve_launcher, start_clust
 MAIN_POOL = "main"
 CRITIC_POOL = "critic"
 REWARD_MODEL_POOL = "reward_model"
+JUDGE_POOL = "judge"
 ROLLOUT_POOL = "rollout"
 
 
@@ -26,6 +28,9 @@ def resource_pools(cfg: MegaRLConfig) -> list[PoolSpec]:
     reward_model = cfg.reward.model
     if reward_model.path and reward_model.enable_resource_pool:
         pools.append(PoolSpec(REWARD_MODEL_POOL, (reward_model.n_gpus_per_node,) * reward_model.nnodes))
+    judge = cfg.reward.judge
+    if judge.model.path and judge.enable_resource_pool:
+        pools.append(PoolSpec(JUDGE_POOL, (judge.n_gpus_per_node,) * judge.nnodes))
     if cfg.rollout.enable_resource_pool:
         pools.append(PoolSpec(ROLLOUT_POOL, (cfg.rollout.n_gpus_per_node,) * cfg.rollout.nnodes))
     return pools
@@ -39,7 +44,7 @@ def role_pools(cfg: MegaRLConfig) -> dict[str, str]:
     if cfg.reward.model.path:
         roles["reward_model"] = REWARD_MODEL_POOL if cfg.reward.model.enable_resource_pool else MAIN_POOL
     if cfg.reward.judge.model.path:
-        roles["judge"] = MAIN_POOL  # its own pool is not built (the config refuses it)
+        roles["judge"] = JUDGE_POOL if cfg.reward.judge.enable_resource_pool else MAIN_POOL
     if cfg.use_critic:
         roles["critic"] = CRITIC_POOL if cfg.critic.enable_resource_pool else MAIN_POOL
     return roles

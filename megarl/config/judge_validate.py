@@ -84,18 +84,23 @@ def _check_prompt(template: str, problems: list[str]) -> None:
 
 def _check_placement(cfg: MegaRLConfig, problems: list[str]) -> None:
     judge = cfg.reward.judge
-    if judge.enable_resource_pool:
-        problems.append("reward.judge.enable_resource_pool=true: a judge on GPUs of its own is not built yet; drop it "
-                        "(the judge runs in the actor's processes)")
+    engines = cfg.judge_world_size
+    where = ("reward.judge.nnodes × reward.judge.n_gpus_per_node" if judge.enable_resource_pool
+             else "trainer.nnodes × trainer.n_gpus_per_node")
+    if judge.enable_resource_pool and engines < 1:
+        problems.append(f"reward.judge.enable_resource_pool=true needs GPUs: set {where} to 1 or more")
+    if judge.enable_resource_pool and cfg.trainer.launcher == "torchrun":
+        problems.append("reward.judge.enable_resource_pool=true needs trainer.launcher=ray (under torchrun only the "
+                        "rollout engines may have GPUs of their own)")
     samples = cfg.data.generation_batch_size * cfg.rollout.n
-    if cfg.world_size >= 1 and samples % cfg.world_size:
+    if engines >= 1 and samples % engines:
         problems.append(f"data.train_batch_size × rollout.n = {samples} responses cannot be shared among the "
-                        f"judge's {cfg.world_size} engines (one on each GPU of trainer.nnodes × "
-                        f"trainer.n_gpus_per_node): make it a multiple of {cfg.world_size}")
+                        f"judge's {engines} engines (one on each GPU of {where}): make it a multiple of {engines}")
     share = judge.gpu_memory_utilization
     if not 0 < share < 1:
         problems.append(f"reward.judge.gpu_memory_utilization={share} must be in (0, 1)")
-    elif not cfg.rollout.enable_resource_pool and cfg.rollout.gpu_memory_utilization + share >= 1:
+    elif not (cfg.rollout.enable_resource_pool or judge.enable_resource_pool) and \
+            cfg.rollout.gpu_memory_utilization + share >= 1:
         problems.append(f"rollout.gpu_memory_utilization={cfg.rollout.gpu_memory_utilization} + "
                         f"reward.judge.gpu_memory_utilization={share} must be below 1: both engines hold their "
                         "share of each GPU during the judge's pass")

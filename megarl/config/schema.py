@@ -341,8 +341,9 @@ class JudgeSamplingConfig:
 @dataclass(frozen=True)
 class JudgeConfig:
     """An LLM as judge (docs/judge.md): a HF causal LM, served by an engine of the rollout backend (`rollout.name`)
-    in the actor's processes, reads `prompt` rendered for each response (through its own chat template) and its
-    answer is parsed into a score. Its engine's KV cache is released outside its pass (its weights stay)."""
+    in the actor's processes or on GPUs of its own, reads `prompt` rendered for each response (through its own chat
+    template) and its answer is parsed into a score. Beside the actor its engine's KV cache is released outside its
+    pass (its weights stay)."""
 
     model: ModelConfig = field(default_factory=ModelConfig)  # path None: no judge
     # Over {prompt} (the row's question: a chat prompt's last user message), {response} (the policy's text),
@@ -354,7 +355,10 @@ class JudgeConfig:
     unparsed_score: float = 0.0  # the score of a judge output that does not parse (reward/judge_unparsed counts them)
     gpu_memory_utilization: float = 0.2  # its engine's share of each GPU (SGLang's mem_fraction_static)
     engine_kwargs: Dict[str, Any] = field(default_factory=dict)  # passed to its engine as they are
-    enable_resource_pool: bool = False  # GPUs of its own: not built yet (refused)
+    # True: GPUs of its own (nnodes × n_gpus_per_node, an engine on each; Ray only), its KV cache kept between passes
+    enable_resource_pool: bool = False
+    nnodes: int = 1
+    n_gpus_per_node: int = 1
 
 
 @dataclass(frozen=True)
@@ -477,6 +481,13 @@ class MegaRLConfig:
         return self.world_size
 
     @property
+    def judge_world_size(self) -> int:
+        """The judge's engines: one on each GPU of the main pool, or of its own."""
+        if self.reward.judge.enable_resource_pool:
+            return self.reward.judge.nnodes * self.reward.judge.n_gpus_per_node
+        return self.world_size
+
+    @property
     def rollout_world_size(self) -> int:
         """GPUs of the rollout engines: the main pool's, or their own."""
         if self.rollout.enable_resource_pool:
@@ -488,6 +499,7 @@ class MegaRLConfig:
         """Every GPU of the run: the main pool's and those of each role with a pool of its own."""
         own = [(self.critic.enable_resource_pool and self.use_critic, self.critic_world_size),
                (self.reward.model.enable_resource_pool and bool(self.reward.model.path), self.reward_model_world_size),
+               (self.reward.judge.enable_resource_pool and bool(self.reward.judge.model.path), self.judge_world_size),
                (self.rollout.enable_resource_pool, self.rollout_world_size)]
         return self.world_size + sum(size for has_own, size in own if has_own)
 

@@ -128,6 +128,7 @@ class JudgeInputs:
     engine: RolloutConfig  # the rollout backend (rollout.name) at the judge's share of each GPU
     policy: ModelConfig
     seed: int
+    resident: bool  # on GPUs of its own: its KV cache stays between passes (beside the actor it is released)
 
 
 @dataclass(frozen=True)
@@ -252,12 +253,13 @@ def reward_model_inputs(cfg: MegaRLConfig) -> RewardModelInputs:
 
 
 def judge_inputs(cfg: MegaRLConfig) -> JudgeInputs:
-    """Its engine is the rollout backend's, of one GPU on each rank, at the judge's own share of it."""
+    """Its engine is the rollout backend's, of one GPU on each rank (the actor's or its own pool's), at the judge's
+    own share of it."""
     judge = cfg.reward.judge
     model_path(judge.model.path, "reward.judge.model.path")
     engine = RolloutConfig(name=cfg.rollout.name, gpu_memory_utilization=judge.gpu_memory_utilization,
                            engine_kwargs=dict(judge.engine_kwargs))
-    return JudgeInputs(judge, engine, cfg.model, cfg.trainer.seed)
+    return JudgeInputs(judge, engine, cfg.model, cfg.trainer.seed, resident=judge.enable_resource_pool)
 
 
 def rollout_inputs(cfg: MegaRLConfig) -> RolloutInputs:

@@ -1,8 +1,9 @@
 """The judge role (`reward.judge`, docs/judge.md): an LLM that reads each response in a prompt of its own and whose
-answer, parsed, is the response's score. It runs in the actor's processes, an engine of the rollout backend of one
-GPU on each rank (the transformers engine on CPU, SGLang on GPU) serving the judge's own checkpoint, which no
-weight sync touches; the engine's KV cache is released outside the judge's pass, so the policy's phases have that
-memory (its weights stay: the engine could not get them back without reading the checkpoint again).
+answer, parsed, is the response's score. It runs in the actor's processes or on GPUs of its own, an engine of the
+rollout backend of one GPU on each rank (the transformers engine on CPU, SGLang on GPU) serving the judge's own
+checkpoint, which no weight sync touches. Beside the actor the engine's KV cache is released outside the judge's
+pass, so the policy's phases have that memory (its weights stay: the engine could not get them back without reading
+the checkpoint again); on GPUs of its own it keeps it.
 """
 
 from __future__ import annotations
@@ -102,7 +103,9 @@ class JudgeWorker(Worker):
         self.engine = rollout_backend(inputs.engine.name).from_config(
             inputs.engine, path, engine_ranks=slot.engine_ranks, group=self.placement.group,
             local_devices=self.placement.local_devices, hf_config=load_hf_config(path), seed=inputs.seed + slot.engine)
-        self.engine.release_memory([KV_CACHE])  # until its first pass
+        self.resident = inputs.resident
+        if not self.resident:
+            self.engine.release_memory([KV_CACHE])  # until its first pass
         self.judge_batch = Judge(self.engine, inputs.judge, load_tokenizer(inputs.judge.model),
                                  load_tokenizer(inputs.policy), inputs.seed)
 
@@ -117,6 +120,8 @@ class JudgeWorker(Worker):
     def judge(self, batch: Batch) -> Batch:
         """This rank's share of the responses judged: `judge_scores`, `judge_parsed` and what the judge read and
         wrote."""
+        if self.resident:
+            return self.judge_batch(batch)
         self.engine.resume_memory([KV_CACHE])
         try:
             return self.judge_batch(batch)

@@ -44,8 +44,13 @@ def test_a_judge_alone_may_reward():
     (["reward.judge.sampling.top_k=0"], "reward.judge.sampling.top_k=0 must be -1 (off) or ≥ 1"),
     (["reward.judge.weight=nan"], "reward.judge.weight=nan must be a finite number"),
     (["reward.judge.unparsed_score=inf"], "reward.judge.unparsed_score=inf must be a finite number"),
-    (["reward.judge.enable_resource_pool=true"], "reward.judge.enable_resource_pool=true: a judge on GPUs of its own "
-                                                 "is not built yet"),
+    (["reward.judge.enable_resource_pool=true", "reward.judge.n_gpus_per_node=0"],
+     "reward.judge.enable_resource_pool=true needs GPUs: set reward.judge.nnodes × reward.judge.n_gpus_per_node"),
+    (["reward.judge.enable_resource_pool=true", "trainer.launcher=torchrun"],
+     "reward.judge.enable_resource_pool=true needs trainer.launcher=ray"),
+    (["reward.judge.enable_resource_pool=true", "reward.judge.n_gpus_per_node=3"],
+     "data.train_batch_size × rollout.n = 64 responses cannot be shared among the judge's 3 engines (one on each GPU "
+     "of reward.judge.nnodes × reward.judge.n_gpus_per_node)"),
     (["algorithm.adv_estimator=remax"], "algorithm.adv_estimator=remax cannot run with reward.judge"),
     (["trainer.n_gpus_per_node=2", "actor.megatron.tensor_model_parallel_size=2", "rollout.tensor_model_parallel_size=2",
       "algorithm.adv_estimator=reinforce_plus_plus", "data.train_batch_size=3", "actor.ppo_mini_batch_size=3"],
@@ -63,3 +68,14 @@ def test_parser_settings_load_and_literal_braces_are_no_field():
     assert cfg.reward.judge.parse.pattern == "Score: (\\d+)"
     quoted = load_config(overrides=[*JUDGE, "reward.judge.parse.type=yes_no", "reward.judge.parse.yes=\"yes\""])
     assert quoted.reward.judge.parse.yes == "yes"
+
+
+def test_a_judge_on_gpus_of_its_own_gets_a_pool_and_may_take_any_share():
+    from megarl.placement import JUDGE_POOL, resource_pools, role_pools
+
+    cfg = load_config(overrides=[*JUDGE, "reward.judge.enable_resource_pool=true", "reward.judge.n_gpus_per_node=2",
+                                 "reward.judge.gpu_memory_utilization=0.8"])
+    assert role_pools(cfg)["judge"] == JUDGE_POOL and cfg.judge_world_size == 2
+    assert [(pool.name, pool.gpus_per_node) for pool in resource_pools(cfg)] == [("main", (1,)), (JUDGE_POOL, (2,))]
+    assert cfg.gpus == cfg.world_size + 2
+    assert role_pools(load_config(overrides=JUDGE))["judge"] == "main"

@@ -1,6 +1,6 @@
-"""An LLM judge (`reward.judge`) in tiny GRPO runs on CPU, its engine the transformers one in the actor's processes:
-under Ray rewarding alone (a regex parser over what it generates), under torchrun on two ranks beside a reward
-function by weight (yes_no, from its next-token log-probs). Each logged sample's judge score is recomputed here with
+"""An LLM judge (`reward.judge`) in tiny GRPO runs on CPU, its engine the transformers one: under Ray on a pool of
+its own, rewarding alone (a regex parser over what it generates), under torchrun in the actor's two processes beside
+a reward function by weight (yes_no, from its next-token log-probs). Each logged sample's judge score is recomputed here with
 transformers from the prompt the sample log says the judge read."""
 
 import json
@@ -46,11 +46,13 @@ def judge_inputs(judge, record) -> torch.Tensor:
     return torch.tensor([tokenizer(record["judge"]["prompt"], add_special_tokens=False)["input_ids"]])
 
 
-def test_a_judge_alone_rewards_a_grpo_run_under_ray(setup, tmp_path, judge):
+def test_a_judge_on_its_own_pool_alone_rewards_a_grpo_run_under_ray(setup, tmp_path, judge):
     proc, steps, records = train(setup, tmp_path / "run", judge, "trainer.n_gpus_per_node=1", "reward.rule_weight=0",
                                  "reward.judge.weight=0.5", "reward.judge.parse.type=regex",
-                                 "reward.judge.parse.pattern='(\\d)'", "reward.judge.sampling.max_new_tokens=4")
-    assert "one process per GPU hosting actor, rollout, judge" in proc.stdout
+                                 "reward.judge.parse.pattern='(\\d)'", "reward.judge.sampling.max_new_tokens=4",
+                                 "reward.judge.enable_resource_pool=true")
+    assert "pool main: 1 node × 1 GPUs, one process per GPU hosting actor, rollout\n" in proc.stdout
+    assert "pool judge: 1 node × 1 GPUs, one process per GPU hosting judge" in proc.stdout
     for step in steps:
         assert step["critic/score/mean"] == pytest.approx(0.5 * step["reward/judge_score/mean"], abs=1e-6)
     model = AutoModelForCausalLM.from_pretrained(judge, dtype=torch.float32).eval()
