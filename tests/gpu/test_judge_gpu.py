@@ -1,20 +1,21 @@
-"""GPU (one H100 or H200, SGLang): a 0.5B-shaped judge (`reward.judge`) on an SGLang engine of its own in the actor's
-process, beside the rollout engine, rewarding GRPO on a 0.5B-shaped policy alone: yes_no through SGLang's
-`token_ids_logprob` (its scores against transformers' softmax over the two words' logits on the logged prompts), and
-a generating judge (regex over its digits). The regex case passed on one H200
-(benchmarks/results/2026-11-28-judge-gpu.json); the yes_no case has not run to its end yet.
+"""GPU (SGLang): a 0.5B-shaped judge (`reward.judge`) on an SGLang engine of its own rewarding GRPO on a 0.5B-shaped
+policy alone. Beside the policy, in its process on one GPU (torchrun): yes_no through SGLang's `token_ids_logprob`
+(its scores against transformers' softmax over the two words' logits on the logged prompts), and a generating judge
+(regex over its digits). On a second GPU of its own (Ray; skipped on one GPU): the generating judge. The colocated
+regex case passed on one H200 (benchmarks/results/2026-11-28-judge-gpu.json); the others have not run yet.
 
 Rows for benchmarks/results/ go to $MEGARL_RESULTS_DIR/judge_gpu.json when it is set: the judge's share of the
 step and its tokens/s."""
 
 import json
 import subprocess
+import sys
 
 import pytest
 import torch
 
-from tests.gpu.test_recipes_gpu import one_gpu_grpo_command, read_metrics, record
-from tests.helpers import GPU0_ENV, REPO_ROOT, write_digits_only
+from tests.gpu.test_recipes_gpu import one_gpu_grpo_command, read_metrics
+from tests.helpers import ENV, GPU0_ENV, REPO_ROOT, record_gpu_row, write_digits_only
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA and SGLang (the device machines)")
 
@@ -26,30 +27,48 @@ PARSES = {"yes_no": ["reward.judge.parse.type=yes_no", 'reward.judge.parse.yes="
                     "reward.judge.sampling.max_new_tokens=8"]}
 
 
-@pytest.mark.parametrize("parse", sorted(PARSES))
-def test_a_judge_on_sglang_beside_the_policy(tmp_path, parse):
+# colocated: in the policy's process on its GPU (torchrun); own_pool: on a second GPU of its own (Ray)
+PLACEMENTS = {"colocated": [], "own_pool": ["reward.judge.enable_resource_pool=true", "trainer.launcher=ray",
+                                            "reward.judge.gpu_memory_utilization=0.5"]}
+
+
+@pytest.mark.parametrize("parse, placement", [("yes_no", "colocated"), ("regex", "colocated"), ("regex", "own_pool")])
+def test_a_judge_on_sglang_rewards_the_policy(tmp_path, parse, placement):
     from megarl.models.init_model import write_model
 
+    if placement == "own_pool" and torch.cuda.device_count() < 2:
+        pytest.skip("a judge on a GPU of its own needs a second GPU (nvidia-h200-x2)")
     judge = write_digits_only(write_model("qwen2.5-0.5b", tmp_path / "judge", seed=1))
     out = tmp_path / "run"
     cmd = one_gpu_grpo_command(tmp_path, out, f"reward.judge.model.path={judge}", "reward.rule_weight=0",
                                "trainer.total_training_steps=3", "trainer.log_samples=-1", *JUDGE_ENGINE,
-                               *PARSES[parse])
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900, env=GPU0_ENV)
+                               *PARSES[parse], *PLACEMENTS[placement])
+    env = GPU0_ENV
+    if placement == "own_pool":  # Ray starts the two pools' processes itself, one GPU each
+        cmd = [sys.executable, "-m", "megarl.train", *cmd[cmd.index("megarl.train") + 1:]]
+        env = {**ENV, "CUDA_VISIBLE_DEVICES": "0,1"}
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     steps = read_metrics(out / "metrics.jsonl")
     records = [json.loads(line) for line in (out / "samples" / "train" / "3.jsonl").read_text().splitlines()]
     judged_tokens = _judge_tokens(judge, records, ("prompt", "output") if parse == "regex" else ("prompt",))
-    record({"what": f"judge-{parse}-colocated", "command": "MEGARL_RESULTS_DIR=$OUT python -m pytest "
-            f"tests/gpu/test_judge_gpu.py -k {parse}", "model_shape": "qwen2.5-0.5b policy and judge",
-            "random_init": True, "judge_s": [s["timing_s/judge"] for s in steps],
-            "judge_share_of_step": [s["timing_s/judge"] / s["timing_s/step"] for s in steps],
-            "judge_tokens_per_s_step3": judged_tokens / steps[-1]["timing_s/judge"]}, name="judge_gpu.json")
+    _record(parse, placement, steps, judged_tokens)
     for step in steps:
         assert step["reward/judge_unparsed"] == 0 and step["timing_s/judge"] > 0
         assert step["critic/score/mean"] == pytest.approx(step["reward/judge_score/mean"], abs=1e-4)
     if parse == "yes_no":
         _check_yes_no_against_transformers(judge, records)
+
+
+def _record(parse: str, placement: str, steps: list[dict], judged_tokens: int) -> None:
+    record_gpu_row("judge_gpu.json", {
+        "what": f"judge-{parse}-{placement}", "dtype": "bf16", "backend": "sglang",
+        "command": f"MEGARL_RESULTS_DIR=$OUT python -m pytest tests/gpu/test_judge_gpu.py -k '{parse} and {placement}'",
+        "model_shape": "qwen2.5-0.5b policy and judge", "random_init": True,
+        "judge_s": [s["timing_s/judge"] for s in steps],
+        "judge_share_of_step": [s["timing_s/judge"] / s["timing_s/step"] for s in steps],
+        "judge_tokens_per_s_step3": judged_tokens / steps[-1]["timing_s/judge"]},
+        gpus_used=2 if placement == "own_pool" else 1)
 
 
 def _judge_tokens(judge, records, parts) -> int:
