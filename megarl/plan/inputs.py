@@ -37,6 +37,7 @@ class PlanInputs:
     # Per phase, a measured run's largest micro-batch in tokens, in place of the recipe's worst case (every prompt at
     # max_prompt_length): benchmarks/plan_check.py's check of the memory model against runs whose prompts were shorter.
     micro_batch_tokens: Mapping[str, int] = field(default_factory=dict)
+    judge: ModelShape | None = None  # reward.judge's model (None without a judge)
 
     def mesh(self, role: str) -> Mesh:
         """The actor's (which the reference shares) or the critic's."""
@@ -98,7 +99,10 @@ def plan_inputs(cfg: MegaRLConfig, gpu_gib: float, host_gib: float, shape_name: 
     if layers is not None:
         policy, critic = policy.with_layers(layers), critic.with_layers(layers)
         source += f" with {layers} layers"
-    inputs = PlanInputs(cfg, policy, critic, round(gpu_gib * GIB), round(host_gib * GIB))
+    judge = None
+    if cfg.reward.judge.model.path:  # its own checkpoint, whatever shape the policy is planned at
+        judge = ModelShape.from_dir(cfg.reward.judge.model.path, "reward.judge.model.path")
+    inputs = PlanInputs(cfg, policy, critic, round(gpu_gib * GIB), round(host_gib * GIB), judge=judge)
     _check_layout_splits_shape(inputs, source)
     return inputs, source
 

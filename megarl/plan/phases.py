@@ -17,6 +17,7 @@ SGLang scheduler process of the GPU's engine rank.
 Every phase also holds the trainer process's memory outside torch's allocator and what the released engine keeps.
 With `rollout.enable_resource_pool` the engines have GPUs of their own ("rollout" phases: gen, and sync while the
 weights arrive); the trainer's GPUs then hold no engine and have no gen phase.
+- judge (with `reward.judge`): the judge engine's pass, megarl/plan/judge.py.
 """
 
 from __future__ import annotations
@@ -27,12 +28,13 @@ from megarl.plan.activations import forward_bytes, logits_bytes
 from megarl.plan.calibration import GIB, gib
 from megarl.plan.host import host_estimates
 from megarl.plan.inputs import PlanInputs
+from megarl.plan.judge import JudgeEngine, judge_engine, judge_phase
 from megarl.plan.result import MemoryPlan, Parts, PhaseEstimate
 from megarl.plan.state import RoleState, role_states
 from megarl.plan.tokens import micro_batch_tokens
 from megarl.plan.update import update_estimate
 
-STEP_ORDER = ("gen", "old_log_prob", "ref", "values", "update_critic", "update_actor", "sync")
+STEP_ORDER = ("gen", "judge", "old_log_prob", "ref", "values", "update_critic", "update_actor", "sync")
 UPDATED = {"update_actor": "actor", "update_critic": "critic"}  # an update's phase: the role it trains
 
 
@@ -52,16 +54,38 @@ def plan_memory(inputs: PlanInputs) -> MemoryPlan:
     trainer_roles = tuple(s for name, s in states.items() if name != "critic" or colocated_critic)
     own_rollout = inputs.cfg.rollout.enable_resource_pool
     cfg = inputs.cfg
-    engine = _engine(inputs, () if own_rollout else _resident(trainer_roles, "gen"))
-    phases = [_phase(inputs, name, "trainer", trainer_roles, None if own_rollout else engine, cfg.world_size)
+    judge = judge_engine(inputs, () if cfg.reward.judge.enable_resource_pool else _resident(trainer_roles, "gen"))
+    shared = judge.held if judge else ()  # what a judge beside the actor keeps on its GPUs
+    engine = _engine(inputs, () if own_rollout else _resident(trainer_roles, "gen") + shared)
+    phases = [_phase(inputs, name, "trainer", trainer_roles, None if own_rollout else engine, cfg.world_size, shared)
               for name in STEP_ORDER if name in _trainer_phases(inputs, states, colocated_critic)]
+    if judge is not None:
+        phases = _with_judge(inputs, phases, judge, trainer_roles)
     if "critic" in states and not colocated_critic:
         phases += [_phase(inputs, name, "critic", (states["critic"],), None, cfg.critic_world_size)
                    for name in ("values", "update_critic")]
     if own_rollout:
         phases += _rollout_pool(inputs, engine)
-    return MemoryPlan(tuple(phases), host_estimates(inputs, trainer_roles, states.get("critic"), colocated_critic),
-                      engine.kv_cache_tokens)
+    hosts = host_estimates(inputs, trainer_roles, states.get("critic"), colocated_critic, judge)
+    return MemoryPlan(tuple(phases), hosts, engine.kv_cache_tokens)
+
+
+def _with_judge(inputs: PlanInputs, phases: list[PhaseEstimate], judge: JudgeEngine,
+                roles: tuple[RoleState, ...]) -> list[PhaseEstimate]:
+    """The judge's pass: after generation on the actor's GPUs (with the rollout engine's memory still held, or the
+    trainer's state alone when the engines have GPUs of their own), or on its own pool."""
+    cal = inputs.calibration
+    if judge.own_pool:
+        worker = (("judge worker process", cal.trainer_process(inputs.cfg.judge_world_size)),)
+        return phases + [judge_phase(inputs, judge, worker)]
+    gen = next((p for p in phases if p.name == "gen"), None)
+    if gen is not None:
+        held = gen.parts
+    else:
+        held = ((("trainer process", cal.trainer_process(inputs.cfg.world_size)),) + judge.held
+                + _resident(roles, "gen"))
+    at = 1 if gen is not None else 0
+    return phases[:at] + [judge_phase(inputs, judge, held)] + phases[at:]
 
 
 def _trainer_phases(inputs: PlanInputs, states: dict[str, RoleState], colocated_critic: bool) -> set[str]:
@@ -91,10 +115,11 @@ def _engine(inputs: PlanInputs, resident: Parts) -> Engine:
 
 
 def _phase(inputs: PlanInputs, name: str, pool: str, roles: tuple[RoleState, ...],
-           engine: Engine | None, gpus: int) -> PhaseEstimate:
-    """`gpus`: the pool's world, whose size decides the process's collectives."""
+           engine: Engine | None, gpus: int, shared: Parts = ()) -> PhaseEstimate:
+    """`gpus`: the pool's world, whose size decides the process's collectives; `shared`: what another role keeps on
+    the pool's GPUs in every phase (a judge's engine)."""
     cal = inputs.calibration
-    base: Parts = (("trainer process", cal.trainer_process(gpus)),)
+    base: Parts = (("trainer process", cal.trainer_process(gpus)),) + shared
     if engine:
         base += (("released engine", cal.released_engine(inputs.cfg.rollout.tensor_model_parallel_size)),)
     if name == "gen":

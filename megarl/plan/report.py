@@ -32,8 +32,19 @@ def _header(inputs: PlanInputs, model: str) -> list[str]:
         + (f", on {cfg.rollout_world_size} GPUs of its own" if rollout.enable_resource_pool else ""),
         f"batch: {cfg.data.train_batch_size} prompts × {rollout.n} responses of {cfg.data.max_prompt_length} + "
         + f"{cfg.data.max_response_length} tokens; recompute {cfg.actor.megatron.recompute_granularity}",
+        *_judge_line(inputs),
         f"memory: {inputs.gpu_bytes / GIB:.1f} GiB per GPU, {inputs.host_bytes / GIB:.1f} GiB per node",
     ]
+
+
+def _judge_line(inputs: PlanInputs) -> list[str]:
+    if inputs.judge is None:
+        return []
+    judge, cfg = inputs.cfg.reward.judge, inputs.cfg
+    where = (f"on {cfg.judge_world_size} GPUs of its own" if judge.enable_resource_pool
+             else "beside the actor, its KV cache released outside its pass")
+    return [f"judge: {_billions(inputs.judge.parameters)} parameters, an engine of one GPU each, share "
+            f"{judge.gpu_memory_utilization}, {where}"]
 
 
 def _table(plan: MemoryPlan, tight: tuple[PhaseEstimate, ...]) -> list[str]:

@@ -23,8 +23,8 @@ class _Summed:
 class PhaseEstimate(_Summed):
     """One phase's peak on the fullest GPU of a pool (device-wide: every process on the GPU)."""
 
-    name: str  # gen | old_log_prob | ref | values | update_critic | update_actor | sync (perf.py's memory names)
-    pool: str  # trainer | critic | rollout (a role's own GPUs, with its enable_resource_pool)
+    name: str  # a phase of phases.STEP_ORDER (perf.py's memory names)
+    pool: str  # trainer | critic | rollout | judge (a role's own GPUs, with its enable_resource_pool)
     parts: Parts
     limit: int  # the GPU's memory, bytes
     note: str = ""  # what else the table says about the phase, e.g. the KV cache's capacity

@@ -45,7 +45,7 @@ def summarise(per_rank: list[dict]) -> dict:
 # (parallel/memory.py) whose largest peak it is. The sync is the hand-over from the engine's weights coming back to its
 # KV cache coming back: a colocated engine's `resume` window spans it (its first visit starts it, the second ends it)
 # and holds `update_weights`; engines on GPUs of their own have `update_weights` alone.
-MEMORY_PHASES = {"gen": ("gen",), "gen_max": ("gen_max",), "reward_model": ("reward_model",),
+MEMORY_PHASES = {"gen": ("gen",), "gen_max": ("gen_max",), "reward_model": ("reward_model",), "judge": ("judge",),
                  "old_log_prob": ("old_log_prob",), "ref": ("ref",), "values": ("values",),
                  "update_critic": ("update_critic",), "update_actor": ("update_actor",),
                  "sync": ("update_weights", "resume")}
