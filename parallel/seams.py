@@ -76,7 +76,31 @@ L2_NORM_FALLBACK = Seam("megatron.core.utils", "local_multi_tensor_l2_norm",
                         ("chunk_size", "noop_flag", "tensor_lists", "per_tensor", "args"))
 L2_NORM_IMPL = Seam("megatron.core.optimizer.clip_grads", "l2_norm_impl",
                     ("chunk_size", "noop_flag", "tensor_lists", "per_tensor", "args"))
-FALLBACKS = (L2_NORM_FALLBACK, L2_NORM_IMPL)
+
+
+@dataclass(frozen=True)
+class UndefinedName(Seam):
+    """A name a library's module reads but defines only where an optional package imports; megarl defines it with
+    the value the module's own code takes for "absent" (None)."""
+
+    parameters: tuple[str, ...] = ()
+
+    def missing(self) -> bool:
+        return not hasattr(self.resolve_owner(), self.name)
+
+    def problem(self) -> str | None:
+        try:
+            owner = self.resolve_owner()
+        except ImportError as e:
+            return f"{self}: gone ({e})"
+        if hasattr(owner, self.name) or self.name in inspect.getsource(owner):
+            return None  # defined (the optional package is there, or the library now defines it), or still read
+        return f"{self}: no longer read by {self.owner}, so megarl need not define it"
+
+
+# megatron-core's MoE router reads `te_general_gemm`, imported only with Transformer Engine (megatron-core 0.16).
+MOE_TE_GEMM = UndefinedName("megatron.core.transformer.moe.moe_utils", "te_general_gemm")
+FALLBACKS = (L2_NORM_FALLBACK, L2_NORM_IMPL, MOE_TE_GEMM)
 
 BRIDGE_HOOKS = (
     Seam("mbridge.core.LLMBridge", "_adjust_mapping_for_shared_weights", ("self",)),
@@ -87,6 +111,9 @@ BRIDGE_HOOKS = (
     Seam("mbridge.core.LLMBridge", "_get_safetensor_io", ("self", "weights_path")),
     Seam("mbridge.core.LLMBridge", "_get_actual_hf_path", ("self", "weight_path")),
     Seam("mbridge.core.safetensor_io.SafeTensorIO", "load_some_hf_weight", ("self", "hf_weight_names")),
+    # Qwen3-MoE's config: megarl's own call of mbridge's base config builder
+    Seam("mbridge.core.LLMBridge", "_build_config", ("self",)),
+    Seam("mbridge.core.LLMBridge", "_build_base_config", ("self", "text_config_key", "kwargs")),
 )
 
 SEAMS = (*CPU_RUNS, *FALLBACKS, *BRIDGE_HOOKS)

@@ -100,8 +100,9 @@ def write_digits_only(model_dir: Path) -> Path:
     return model_dir
 
 
-def make_model(family: str, path: Path) -> Path:
-    """A 2-layer model of `family` (qwen2, qwen3 or llama) with random weights and a 128-token vocabulary."""
+def make_model(family: str, path: Path, **config_args) -> Path:
+    """A 2-layer model of `family` (qwen2, qwen3, qwen3_moe or llama) with random weights and a 128-token vocabulary;
+    `config_args` override its config."""
     import torch
     from transformers import (
         LlamaConfig,
@@ -110,18 +111,25 @@ def make_model(family: str, path: Path) -> Path:
         Qwen2ForCausalLM,
         Qwen3Config,
         Qwen3ForCausalLM,
+        Qwen3MoeConfig,
+        Qwen3MoeForCausalLM,
     )
 
     config_cls, model_cls = {
         "qwen2": (Qwen2Config, Qwen2ForCausalLM),
         "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+        "qwen3_moe": (Qwen3MoeConfig, Qwen3MoeForCausalLM),
         "llama": (LlamaConfig, LlamaForCausalLM),
     }[family]
+    # Qwen3-MoE: 4 experts, 2 per token, in both layers
+    moe = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True,
+               mlp_only_layers=[]) if family == "qwen3_moe" else {}
     torch.manual_seed(0)
     config = config_cls(
         vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
         tie_word_embeddings=family == "qwen3",  # Qwen2: untied, QKV bias; Qwen3: tied, QK-norm; Llama: untied
+        **{**moe, **config_args},
     )
     model_cls(config).save_pretrained(path)
     return path

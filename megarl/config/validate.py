@@ -17,7 +17,7 @@ from megarl.config.loader import ConfigError
 from megarl.config.schema import HEALTH_CHECKS, ROLLOUT_MODES, MegaRLConfig, MegatronConfig, MultiTurnConfig, RunConfig
 from megarl.data.dataset import TRUNCATIONS
 from megarl.models.accelerators import TRANSFORMER_IMPLS, transformer_engine_available
-from megarl.models.shapes import MODEL_TYPES, heads_split_problem
+from megarl.models.shapes import CONVERTED_ONLY, MODEL_TYPES, heads_split_problem
 from megarl.plugins import spec_problems
 from megarl.registry import did_you_mean
 from megarl.rewards.code import MODES as CODE_MODES
@@ -377,7 +377,10 @@ def read_hf_config(path: str | None) -> dict | None:
 def check_model_type(problems: list[str], key: str, path: str, hf: dict) -> None:
     """`key`'s model (its config.json `hf`, read from `path`) is of a family megarl builds."""
     model_type = hf.get("model_type")
-    if model_type not in MODEL_TYPES:
+    if model_type in CONVERTED_ONLY:
+        problems.append(f"{key}={path}: model_type {model_type!r} converts (megarl check-model) but does not train "
+                        f"yet: {CONVERTED_ONLY[model_type]}")
+    elif model_type not in MODEL_TYPES:
         problems.append(f"{key}={path}: model_type {model_type!r} ({path}/config.json) is not an architecture megarl "
                         f"builds ({', '.join(MODEL_TYPES)}): start from a checkpoint of one of those families")
 

@@ -1,6 +1,6 @@
 """HF checkpoints ↔ megatron-core GPTModels through mbridge, with the local spec as a first-class path.
 
-mbridge's bridge classes for the three families megarl converts (Qwen2/2.5, Qwen3, Llama) are subclassed once
+mbridge's bridge classes for the families megarl converts (Qwen2/2.5, Qwen3, Qwen3-MoE, Llama) are subclassed once
 each (`BRIDGES`, keyed by the HF `model_type` as mbridge's own registry is). `MegarlBridge` overrides the
 hooks mbridge's classes offer: the layer spec comes from `megarl.models.spec`, and every megatron parameter
 name maps to HF names through the one table in `megarl.models.hf_names` (which knows the local spec's norm
@@ -12,6 +12,7 @@ adapters in its linear layers (megarl/models/lora.py); the adapters are not HF t
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Iterator
 
@@ -21,9 +22,11 @@ from mbridge.core.safetensor_io import SafeTensorIO
 from mbridge.models.llama import LLaMABridge
 from mbridge.models.qwen2 import Qwen2Bridge
 from mbridge.models.qwen3 import Qwen3Bridge
+from mbridge.models.qwen3moe import Qwen3MoEBridge
 from safetensors import safe_open
 from transformers import AutoConfig
 
+from megarl.models import fallbacks
 from megarl.models.accelerators import uses_transformer_engine
 from megarl.models.hf_names import EMBEDDING, LM_HEAD, OUTPUT_LAYER, VALUE_HEAD_NAME, hf_names
 from megarl.models.lora import Adapter, is_adapter
@@ -37,8 +40,10 @@ LOCAL_SPEC_ARGS = dict(
     gradient_accumulation_fusion=False,
     persist_layer_norm=False,
 )
+
 # megatron's own fused SwiGLU and bias-dropout-add kernels need only CUDA.
 CUDA_FUSIONS = dict(bias_activation_fusion=True, bias_dropout_fusion=True)
+_LOCAL_EXPERT = re.compile(r"local_experts\.(\d+)\.")  # an expert's number on its rank
 
 
 def read_hf_tensors(path: str | Path, names: list[str] | None = None) -> dict[str, torch.Tensor]:
@@ -140,7 +145,38 @@ class Llama(MegarlBridge, LLaMABridge):
     """Llama: QKV bias as its config says, RoPE scaling."""
 
 
-BRIDGES = {"qwen2": Qwen2, "qwen3": Qwen3, "llama": Llama}  # keyed by the model_types of shapes.MODEL_TYPES
+class Qwen3Moe(MegarlBridge, Qwen3MoEBridge):
+    """Qwen3-MoE: QK norms, routed experts in every layer. The experts are megatron's per-expert loop (SequentialMLP,
+    `local_experts.N` names, numbered from this rank's first expert; a grouped GEMM is not wired yet); the router
+    takes the softmax over the top-k logits where HF renormalizes the top-k probabilities (`norm_topk_prob`), which is
+    the same, and over all logits where it does not."""
+
+    def _build_config(self):
+        hf = self.hf_config
+        return self._build_base_config(
+            moe_ffn_hidden_size=hf.moe_intermediate_size, moe_router_topk=hf.num_experts_per_tok,
+            num_moe_experts=hf.num_experts, moe_aux_loss_coeff=hf.router_aux_loss_coef,
+            moe_router_load_balancing_type="none", moe_grouped_gemm=False,
+            moe_router_score_function="softmax", moe_router_pre_softmax=not getattr(hf, "norm_topk_prob", False),
+            qk_layernorm=True, **_dispatcher(self.mpu.pp_size))
+
+    def _weight_name_mapping_mcore_local_to_global(self, model, consider_ep: bool = True) -> dict[str, str]:
+        names = super()._weight_name_mapping_mcore_local_to_global(model, consider_ep)
+        per_rank = self.config.num_moe_experts // self.mpu.ep_size
+        first = per_rank * self.mpu.ep_rank if consider_ep else 0
+        return {local: _LOCAL_EXPERT.sub(lambda m: f"local_experts.{int(m.group(1)) + first}.", name)
+                for local, name in names.items()}
+
+
+def _dispatcher(pp: int) -> dict:
+    """megatron's all-to-all token dispatcher makes a CUDA stream when it is built; on CPU the all-gather one, which
+    megatron allows only where micro-batches need not tell the next pipeline stage their lengths (no PP)."""
+    if torch.cuda.is_available():
+        return {"moe_token_dispatcher_type": "alltoall"}
+    return {"moe_token_dispatcher_type": "allgather", "variable_seq_lengths": pp > 1}
+
+
+BRIDGES = {"qwen2": Qwen2, "qwen3": Qwen3, "qwen3_moe": Qwen3Moe, "llama": Llama}  # keyed by HF's model_type
 
 
 def make_bridge(hf_path: str | Path, dtype: torch.dtype, transformer_impl: str = "auto", value_head: bool = False,
@@ -151,6 +187,7 @@ def make_bridge(hf_path: str | Path, dtype: torch.dtype, transformer_impl: str =
     transformer_engine (a LoRA model, `lora` with a rank, runs on the local spec). `config_args` override megatron
     TransformerConfig fields (e.g. recompute_granularity)."""
     use_te = uses_transformer_engine(transformer_impl) and not (lora is not None and lora.rank)
+    fallbacks.install()
     hf_config = load_hf_config(hf_path)
     family = BRIDGES.get(hf_config.model_type)
     if family is None:

@@ -42,6 +42,12 @@ LAYER_NAMES = {
     "mlp.linear_fc2.weight": HFNames(("mlp.down_proj.weight",), 1),
 }
 
+# A mixture-of-experts layer: its router, and expert N's MLP (megatron's per-expert loop, global expert numbers).
+LAYER_NAMES["mlp.router.weight"] = HFNames(("mlp.gate.weight",), None)
+_EXPERT = re.compile(r"mlp\.experts\.local_experts\.(\d+)\.(linear_fc1|linear_fc2)\.weight")
+_EXPERT_NAMES = {"linear_fc1": HFNames(("gate_proj.weight", "up_proj.weight"), 0),
+                 "linear_fc2": HFNames(("down_proj.weight",), 1)}
+
 _LAYER = re.compile(r"decoder\.layers\.(\d+)\.(.+)")
 
 
@@ -53,6 +59,11 @@ def hf_names(name: str, output_layer: str = LM_HEAD) -> HFNames:
     if name in MODEL_NAMES:
         return MODEL_NAMES[name]
     match = _LAYER.fullmatch(name)
+    expert = _EXPERT.fullmatch(match.group(2)) if match else None
+    if expert:
+        names, tp_dim = _EXPERT_NAMES[expert.group(2)]
+        prefix = f"model.layers.{match.group(1)}.mlp.experts.{expert.group(1)}"
+        return HFNames(tuple(f"{prefix}.{n}" for n in names), tp_dim)
     if match is None or match.group(2) not in LAYER_NAMES:
         raise KeyError(f"no HF name for megatron parameter {name}")
     layer, rest = match.groups()

@@ -341,3 +341,12 @@ def test_the_agent_loop_is_checked_before_the_run(tmp_path):
                      "rollout.multi_turn.max_assistant_turns=0 must be > 0",
                      "rollout.multi_turn.tool_timeout_s=-1.0 must be > 0"]
     load_config(overrides=["rollout.multi_turn.format=json"])  # checked only where the loop runs
+
+
+def test_a_model_megarl_converts_but_does_not_train_is_refused_with_why(tmp_path):
+    config = {"model_type": "qwen3_moe", "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+              "num_experts": 4}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert one_problem(f"model.path={tmp_path}") == (
+        f"model.path={tmp_path}: model_type 'qwen3_moe' converts (megarl check-model) but does not train yet: "
+        "mixture-of-experts training (expert parallelism, routing in the losses) is issue #49")
