@@ -111,7 +111,8 @@ BRIDGE_HOOKS = (
     Seam("mbridge.core.LLMBridge", "_get_safetensor_io", ("self", "weights_path")),
     Seam("mbridge.core.LLMBridge", "_get_actual_hf_path", ("self", "weight_path")),
     Seam("mbridge.core.safetensor_io.SafeTensorIO", "load_some_hf_weight", ("self", "hf_weight_names")),
-    # Qwen3-MoE's config: megarl's own call of mbridge's base config builder
+    # Qwen3-MoE's config (megarl's own call of mbridge's base config builder) and its experts' export over EP
+    Seam("mbridge.core.LLMBridge", "export_weights", ("self", "models")),
     Seam("mbridge.core.LLMBridge", "_build_config", ("self",)),
     Seam("mbridge.core.LLMBridge", "_build_base_config", ("self", "text_config_key", "kwargs")),
 )

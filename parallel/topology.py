@@ -64,24 +64,27 @@ def init_distributed(timeout_s: float = 600.0, rendezvous: Rendezvous | None = N
                                 timeout=timeout)
 
 
-def init_model_parallel(tp: int = 1, pp: int = 1, cp: int = 1, seed: int = 1) -> None:
+def init_model_parallel(tp: int = 1, pp: int = 1, cp: int = 1, seed: int = 1, ep: int = 1) -> None:
     """Build megatron's mesh over the default group, seed the process's generators as Megatron-LM does (Python's and
     numpy's start from OS entropy otherwise, so two runs of a recipe, or a run and its resumption from a checkpoint,
     would not draw the same numbers) and megatron's per-rank RNG streams. megatron keeps one mesh
     per process, so roles colocated in a process share it: asking again for the same mesh is a no-op,
-    asking for another is an error."""
+    asking for another is an error. `ep`: expert parallelism (a mixture-of-experts model's experts split over `ep`
+    ranks of the data-parallel ones)."""
     if parallel_state.model_parallel_is_initialized():
         have = (parallel_state.get_tensor_model_parallel_world_size(),
                 parallel_state.get_pipeline_model_parallel_world_size(),
-                parallel_state.get_context_parallel_world_size())
-        if have != (tp, pp, cp):
+                parallel_state.get_context_parallel_world_size(),
+                parallel_state.get_expert_model_parallel_world_size())
+        if have != (tp, pp, cp, ep):
             raise ValueError(
-                f"this process already has a megatron mesh with TP={have[0]} PP={have[1]} CP={have[2]}; a role "
-                f"asking for TP={tp} PP={pp} CP={cp} must run in its own resource pool"
+                f"this process already has a megatron mesh with TP={have[0]} PP={have[1]} CP={have[2]} EP={have[3]}; "
+                f"a role asking for TP={tp} PP={pp} CP={cp} EP={ep} must run in its own resource pool"
             )
         return
     parallel_state.initialize_model_parallel(
-        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp
+        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp,
+        expert_model_parallel_size=ep,
     )
     random.seed(seed)
     np.random.seed(seed)

@@ -44,6 +44,7 @@ LOCAL_SPEC_ARGS = dict(
 # megatron's own fused SwiGLU and bias-dropout-add kernels need only CUDA.
 CUDA_FUSIONS = dict(bias_activation_fusion=True, bias_dropout_fusion=True)
 _LOCAL_EXPERT = re.compile(r"local_experts\.(\d+)\.")  # an expert's number on its rank
+_HF_EXPERT = re.compile(r"(model\.layers\.\d+\.mlp\.experts\.)(\d+)(\..+)")
 
 
 def read_hf_tensors(path: str | Path, names: list[str] | None = None) -> dict[str, torch.Tensor]:
@@ -166,6 +167,21 @@ class Qwen3Moe(MegarlBridge, Qwen3MoEBridge):
         first = per_rank * self.mpu.ep_rank if consider_ep else 0
         return {local: _LOCAL_EXPERT.sub(lambda m: f"local_experts.{int(m.group(1)) + first}.", name)
                 for local, name in names.items()}
+
+    def export_weights(self, models) -> Iterator[tuple[str, torch.Tensor]]:
+        """mbridge's export, each expert's tensors gathered from the expert-parallel ranks (mbridge gathers only
+        grouped-GEMM experts): every rank yields every expert, under its global number."""
+        ep = self.mpu.ep_size
+        for name, tensor in super().export_weights(models):
+            expert = _HF_EXPERT.fullmatch(name)
+            if ep == 1 or expert is None:
+                yield name, tensor
+                continue
+            gathered = [torch.empty_like(tensor) for _ in range(ep)]
+            torch.distributed.all_gather(gathered, tensor.contiguous(), group=self.mpu.ep_group)
+            per_rank, local = self.config.num_moe_experts // ep, int(expert.group(2))
+            for rank, part in enumerate(gathered):
+                yield f"{expert.group(1)}{local + rank * per_rank}{expert.group(3)}", part
 
 
 def _dispatcher(pp: int) -> dict:

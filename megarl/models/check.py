@@ -22,7 +22,7 @@ def _random_sequences(vocab: int, count: int, length: int, seed: int) -> list[to
 
 
 def check_model(hf_dir: str, tp: int = 1, pp: int = 1, cp: int = 1, bf16: bool | None = None,
-                num_sequences: int = 4, seq_length: int = 64, seed: int = 0) -> dict:
+                num_sequences: int = 4, seq_length: int = 64, seed: int = 0, ep: int = 1) -> dict:
     """Returns (identically on every rank) logprob_max_abs_diff against HF transformers (computed on global
     rank 0 only, broadcast) and weight_check: 'exact' when the export equals the checkpoint's tensors."""
     from megarl.models.bridge import load_hf_config
@@ -32,7 +32,7 @@ def check_model(hf_dir: str, tp: int = 1, pp: int = 1, cp: int = 1, bf16: bool |
     bf16 = torch.cuda.is_available() if bf16 is None else bf16
     cpu_compat.enable()  # where this machine has no GPU, megatron runs through the CPU shim
     topology.init_distributed()
-    topology.init_model_parallel(tp=tp, pp=pp, cp=cp, seed=seed)
+    topology.init_model_parallel(tp=tp, pp=pp, cp=cp, seed=seed, ep=ep)
     megatron = MegatronConfig(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp)
     model = build_reference(hf_dir, megatron, bf16=bf16)
     vocab = load_hf_config(hf_dir).vocab_size
@@ -43,7 +43,7 @@ def check_model(hf_dir: str, tp: int = 1, pp: int = 1, cp: int = 1, bf16: bool |
     if dist.get_rank() == 0:
         report[0] = _compare_with_hf(hf_dir, sequences, logprobs, exported, bf16)
     dist.broadcast_object_list(report, src=0)
-    return {"tp": tp, "pp": pp, "cp": cp, "dtype": "bf16" if bf16 else "fp32", **report[0]}
+    return {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "dtype": "bf16" if bf16 else "fp32", **report[0]}
 
 
 def _compare_with_hf(hf_dir, sequences, logprobs, exported, bf16) -> dict:
@@ -74,6 +74,7 @@ def main(argv=None) -> int:
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--pp", type=int, default=1)
     parser.add_argument("--cp", type=int, default=1)
+    parser.add_argument("--ep", type=int, default=1, help="expert parallelism (a mixture-of-experts model)")
     parser.add_argument("--dtype", choices=["bf16", "fp32"], help="default: bf16 on GPU, fp32 on CPU")
     parser.add_argument("--json", help="also write the report here (rank 0)")
     args = parser.parse_args(argv)
@@ -81,7 +82,7 @@ def main(argv=None) -> int:
         print(f"error: --hf {args.hf} is not a HF checkpoint directory (no config.json)", file=sys.stderr)
         return 2
     bf16 = None if args.dtype is None else args.dtype == "bf16"
-    report = check_model(args.hf, args.tp, args.pp, args.cp, bf16=bf16)
+    report = check_model(args.hf, args.tp, args.pp, args.cp, bf16=bf16, ep=args.ep)
     if dist.get_rank() == 0:
         print(json.dumps(report))
         if args.json:
