@@ -40,10 +40,10 @@ LAYER_NAMES = {
     "self_attention.linear_proj.weight": HFNames(("self_attn.o_proj.weight",), 1),
     "mlp.linear_fc1.weight": HFNames(("mlp.gate_proj.weight", "mlp.up_proj.weight"), 0),
     "mlp.linear_fc2.weight": HFNames(("mlp.down_proj.weight",), 1),
+    "mlp.router.weight": HFNames(("mlp.gate.weight",), None),  # a mixture-of-experts layer's router
 }
 
-# A mixture-of-experts layer: its router, and expert N's MLP (megatron's per-expert loop, global expert numbers).
-LAYER_NAMES["mlp.router.weight"] = HFNames(("mlp.gate.weight",), None)
+# Expert N's MLP in a mixture-of-experts layer (megatron's per-expert loop, global expert numbers).
 _EXPERT = re.compile(r"mlp\.experts\.local_experts\.(\d+)\.(linear_fc1|linear_fc2)\.weight")
 _EXPERT_NAMES = {"linear_fc1": HFNames(("gate_proj.weight", "up_proj.weight"), 0),
                  "linear_fc2": HFNames(("down_proj.weight",), 1)}

@@ -9,7 +9,8 @@ from typing import Any, Mapping
 
 from megarl.config import ConfigError, MegaRLConfig
 from megarl.models.shapes import heads_split_problem
-from megarl.plan.calibration import GIB, Calibration
+from megarl.plan.calibration import GIB, Calibration, gib
+from megarl.plan.result import Parts
 from megarl.plan.shape import ModelShape
 
 
@@ -48,6 +49,13 @@ class PlanInputs:
     @property
     def sequence_tokens(self) -> int:
         return self.cfg.data.max_prompt_length + self.cfg.data.max_response_length
+
+    def free_at_engine_start(self, world: int, resident: Parts) -> int:
+        """What an engine finds free on its GPU when it starts (SGLang's `free_at_start`): the GPU less its worker
+        process's memory outside torch (in a world of `world` GPUs), the engine's CUDA context and `resident`."""
+        cal = self.calibration
+        return (self.gpu_bytes - cal.trainer_process(world) - gib(cal.cuda_context_gib)
+                - sum(size for _, size in resident))
 
     def with_changes(self, changes: Mapping[str, Any]) -> PlanInputs:
         return replace(self, cfg=with_keys(self.cfg, changes))

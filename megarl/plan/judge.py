@@ -37,14 +37,12 @@ def judge_engine(inputs: PlanInputs, resident: Parts) -> JudgeEngine | None:
     (none on a pool of its own)."""
     if inputs.judge is None:
         return None
-    cal, cfg = inputs.calibration, inputs.cfg
+    cfg = inputs.cfg
     own_pool = cfg.reward.judge.enable_resource_pool
-    world = cfg.judge_world_size if own_pool else cfg.world_size
-    free = (inputs.gpu_bytes - cal.trainer_process(world) - gib(cal.cuda_context_gib)
-            - sum(size for _, size in resident))
+    free = inputs.free_at_engine_start(cfg.judge_world_size if own_pool else cfg.world_size, resident)
     share = int(cfg.reward.judge.gpu_memory_utilization * max(free, 0))
     weights = 2 * inputs.judge.parameters
-    return JudgeEngine(free, weights, share - weights, cal.released_engine(1), own_pool)
+    return JudgeEngine(free, weights, share - weights, inputs.calibration.released_engine(1), own_pool)
 
 
 def judge_phase(inputs: PlanInputs, judge: JudgeEngine, held: Parts) -> PhaseEstimate:

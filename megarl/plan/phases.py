@@ -104,9 +104,8 @@ def _resident(roles: tuple[RoleState, ...], phase: str) -> Parts:
 def _engine(inputs: PlanInputs, resident: Parts) -> Engine:
     """On a rollout pool of its own the engine shares its GPU with the rollout worker's process alone, whose memory
     outside torch is taken to be the trainer process's (its CUDA context and NCCL groups; not calibrated there)."""
-    cfg, cal = inputs.cfg, inputs.calibration
-    free = (inputs.gpu_bytes - cal.trainer_process(cfg.rollout_world_size) - gib(cal.cuda_context_gib)
-            - sum(size for _, size in resident))
+    cfg = inputs.cfg
+    free = inputs.free_at_engine_start(cfg.rollout_world_size, resident)
     share = int(cfg.rollout.gpu_memory_utilization * max(free, 0))
     tp = cfg.rollout.tensor_model_parallel_size
     weights = 2 * inputs.policy.parameters // tp
