@@ -1,8 +1,8 @@
 """GPU (SGLang): a 0.5B-shaped judge (`reward.judge`) on an SGLang engine of its own rewarding GRPO on a 0.5B-shaped
 policy alone. Beside the policy, in its process on one GPU (torchrun): yes_no through SGLang's `token_ids_logprob`
 (its scores against transformers' softmax over the two words' logits on the logged prompts), and a generating judge
-(regex over its digits). On a second GPU of its own (Ray; skipped on one GPU): the generating judge. The colocated
-regex case passed on one H200 (benchmarks/results/2026-11-28-judge-gpu.json); the others have not run yet.
+(regex over its digits). On a second GPU of its own (Ray; skipped on one GPU): the generating judge. All three passed
+on H200s (rows: benchmarks/results/2026-11-28-judge-gpu.json).
 
 Rows for benchmarks/results/ go to $MEGARL_RESULTS_DIR/judge_gpu.json when it is set: the judge's share of the
 step and its tokens/s."""
