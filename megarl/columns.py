@@ -60,6 +60,8 @@ JUDGE_SCORES = _column("judge_scores", "[B]", "the judge's score (reward.judge.u
 JUDGE_PARSED = _column("judge_parsed", "[B]", "1 where the judge's output parsed")
 JUDGE_PROMPT = _column("judge_prompt", "per sample", "what the judge read: its template rendered, in its chat template")
 JUDGE_OUTPUT = _column("judge_output", "per sample", "what the judge wrote (yes_no: its two words' log-probs)")
+JUDGE_AFTER_GEN_S = _column("judge_after_gen_s", "[B]", "rollout.mode=async: seconds after the engine's last response "
+                            "that the judge's score came (0: judged while the engine still generated)")
 OVERLONG_PENALTY = _column("overlong_penalty", "[B]", "DAPO's penalty of a response too long")
 # The model passes.
 OLD_LOG_PROBS = _column("old_log_probs", "[B, R]", "the actor's log-probs before its update")

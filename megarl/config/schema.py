@@ -488,6 +488,13 @@ class MegaRLConfig:
         return self.world_size
 
     @property
+    def judge_streams(self) -> bool:
+        """Whether the judge judges each response as it finishes (rollout.mode=async): where its engine shares the
+        rollout engine's processes, both beside the actor. Elsewhere it judges the batch after generation."""
+        return (self.rollout.mode == "async" and bool(self.reward.judge.model.path)
+                and not self.reward.judge.enable_resource_pool and not self.rollout.enable_resource_pool)
+
+    @property
     def rollout_world_size(self) -> int:
         """GPUs of the rollout engines: the main pool's, or their own."""
         if self.rollout.enable_resource_pool:

@@ -37,7 +37,7 @@ class StepSampler:
                  judge: Judge | None = None):
         """`reward_model`, `judge`: the roles whose scores join the rules' (`reward.model`, `reward.judge`)."""
         self.rollout, self.score, self.reward_model, self.judge = rollout, score, reward_model, judge
-        self.reward = cfg.reward
+        self.reward, self.judge_streams = cfg.reward, cfg.judge_streams
         self.seed, self.n = cfg.trainer.seed, cfg.rollout.n
         self.train_batch_size, self.gen_batch_size = cfg.data.train_batch_size, cfg.data.generation_batch_size
         self.remax = cfg.algorithm.adv_estimator == "remax"
@@ -93,8 +93,7 @@ class StepSampler:
                 rm_scores = self.reward_model.compute_rm_score(batch)[RM_SCORES]
             model_scores[RM_SCORES] = (rm_scores, self.reward.model.weight)
         if self.judge is not None:
-            with phase("judge"):
-                judged = self.judge.judge(batch)
+            judged = batch if self.judge_streams else self._judged(batch, phase)
             stages.check_judged(judged, self.reward.judge)
             model_scores[JUDGE_SCORES] = (judged[JUDGE_SCORES], self.reward.judge.weight)
             batch = batch.union(judged)
@@ -103,6 +102,11 @@ class StepSampler:
         if self.overlong.enable:
             scored = stages.shape_overlong(scored, batch[RESPONSE_MASK], self.overlong, self.max_response_length)
         return batch.union(scored), metrics
+
+    def _judged(self, batch: Batch, phase: Phase) -> Batch:
+        """The judge's pass over the generated batch (where it does not judge each response as it finishes)."""
+        with phase("judge"):
+            return self.judge.judge(batch)
 
     @stage(reads=(UID, TOKEN_LEVEL_SCORES), reads_if_present=(ACC,))
     def signal_groups(self, batch: Batch) -> list[str]:

@@ -51,7 +51,7 @@ def spawn_roles(cluster: Cluster, cfg: MegaRLConfig, steps: int) -> Roles:
     # The judge's engine serves a checkpoint of its own: no weights of the actor's to stream, so no peer.
     judge = (JudgeGroup(cluster[pools["judge"]].spawn("judge", JudgeWorker, inputs.judge))
              if inputs.judge is not None else None)
-    rollout, weights = place_rollout(cluster, cfg, inputs.rollout, actor)
+    rollout, weights = place_rollout(cluster, cfg, inputs.rollout, actor, judge if cfg.judge_streams else None)
     # One role per pool of processes, as the pools were chosen from the recipe.
     own = {name: pools.get(name, MAIN_POOL) != MAIN_POOL for name in ("critic", "reward_model")}
     trained = (actor.handle, *((critic.handle,) if critic is not None and own["critic"] else ()))
@@ -60,13 +60,15 @@ def spawn_roles(cluster: Cluster, cfg: MegaRLConfig, steps: int) -> Roles:
                  model_pools=(*trained, *scoring))
 
 
-def place_rollout(cluster: Cluster, cfg: MegaRLConfig, inputs: RolloutInputs,
-                  actor: ActorGroup) -> tuple[Rollout, WeightSync]:
-    """The rollout role beside the actor, its engines restarted when one dies and synced through the reshard layer;
-    or on GPUs of its own (`rollout.enable_resource_pool`), synced over the bridge."""
+def place_rollout(cluster: Cluster, cfg: MegaRLConfig, inputs: RolloutInputs, actor: ActorGroup,
+                  judge: JudgeGroup | None = None) -> tuple[Rollout, WeightSync]:
+    """The rollout role beside the actor, its engines restarted when one dies and synced through the reshard layer
+    (with `judge`, the judge beside it judges each response as it finishes); or on GPUs of its own
+    (`rollout.enable_resource_pool`), synced over the bridge."""
     if not inputs.own_pool:
-        colocated = RecoveringRollout(cluster[MAIN_POOL].spawn("rollout", ColocatedRolloutWorker, inputs,
-                                                               actor.handle), tell)
+        peers = (actor.handle,) if judge is None else (actor.handle, judge.handle)
+        colocated = RecoveringRollout(cluster[MAIN_POOL].spawn("rollout", ColocatedRolloutWorker, inputs, *peers),
+                                      tell)
         return colocated, ColocatedSync(colocated)
     pooled = PooledRolloutGroup(cluster[ROLLOUT_POOL].spawn("rollout", PooledRolloutWorker, inputs))
     return pooled, BridgeSync(pooled, join_bridge(cluster, cfg, pooled, actor))

@@ -13,11 +13,11 @@ import torch
 from megarl.algorithms import apply_kl_penalty, compute_advantage, masked_mean
 from megarl.algorithms.dapo import overlong_penalty
 from megarl.algorithms.rollout_correction import rollout_correction
-from megarl.columns import (ACC, ADVANTAGES, AGENT_STATS, DATA_SOURCE, EXTRA_INFO, FINISH_REASON, JUDGE_OUTPUT,
-                            JUDGE_PARSED, JUDGE_SCORES, OLD_LOG_PROBS, OVERLONG_PENALTY, PRED, PROMPT_IDS, REF_LOG_PROB,
-                            RESPONSE_MASK, RESPONSES, RETURNS, REWARD_BASELINES, REWARD_MODEL, REWARD_OUTCOME,
-                            RM_SCORES, ROLLOUT_IS_WEIGHTS, ROLLOUT_LOG_PROBS, ROLLOUT_RS_MASK, RULE_SCORES,
-                            TOKEN_LEVEL_REWARDS, TOKEN_LEVEL_SCORES, UID, VALUES, response_lengths, stage)
+from megarl.columns import (ACC, ADVANTAGES, AGENT_STATS, DATA_SOURCE, EXTRA_INFO, FINISH_REASON, JUDGE_AFTER_GEN_S,
+                            JUDGE_OUTPUT, JUDGE_PARSED, JUDGE_SCORES, OLD_LOG_PROBS, OVERLONG_PENALTY, PRED, PROMPT_IDS,
+                            REF_LOG_PROB, RESPONSE_MASK, RESPONSES, RETURNS, REWARD_BASELINES, REWARD_MODEL,
+                            REWARD_OUTCOME, RM_SCORES, ROLLOUT_IS_WEIGHTS, ROLLOUT_LOG_PROBS, ROLLOUT_RS_MASK,
+                            RULE_SCORES, TOKEN_LEVEL_REWARDS, TOKEN_LEVEL_SCORES, UID, VALUES, response_lengths, stage)
 from megarl.config.schema import AlgorithmConfig, JudgeConfig, OverlongBufferConfig, RolloutCorrectionConfig
 from megarl.rewards.scorer import RewardResult
 from megarl.rollout.batch import ground_truths, rule_scored
@@ -174,8 +174,8 @@ def advantages(batch: Batch, algorithm: AlgorithmConfig) -> Batch:
 
 
 @stage(reads=(RESPONSE_MASK, TOKEN_LEVEL_SCORES, TOKEN_LEVEL_REWARDS, ADVANTAGES, RETURNS),
-       reads_if_present=(UID, VALUES, RM_SCORES, RULE_SCORES, JUDGE_SCORES, JUDGE_PARSED, OVERLONG_PENALTY,
-                         AGENT_STATS))
+       reads_if_present=(UID, VALUES, RM_SCORES, RULE_SCORES, JUDGE_SCORES, JUDGE_PARSED, JUDGE_AFTER_GEN_S,
+                         OVERLONG_PENALTY, AGENT_STATS))
 def data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
     """verl's `critic/*` and `response_length/*` metrics of a scored, rewarded, advantaged batch (and with
     overlong shaping, the mean penalty and the fraction of responses penalised)."""
@@ -210,6 +210,10 @@ def data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
         metrics.update({"reward/judge_score/mean": judged.mean().item(), "reward/judge_score/min": judged.min().item(),
                         "reward/judge_score/max": judged.max().item(),
                         "reward/judge_unparsed": float((batch[JUDGE_PARSED] == 0).sum().item())})
+    if JUDGE_AFTER_GEN_S in batch:  # judged as responses finished: what the judge added after generation
+        after = batch[JUDGE_AFTER_GEN_S]
+        metrics["reward/judge_after_gen_s/max"] = after.max().item()
+        metrics["reward/judge_during_gen"] = (after == 0).float().mean().item()
     if OVERLONG_PENALTY in batch:
         metrics["reward/overlong_penalty/mean"] = batch[OVERLONG_PENALTY].mean().item()
         metrics["reward/overlong_ratio"] = (batch[OVERLONG_PENALTY] < 0).float().mean().item()

@@ -9,14 +9,16 @@ for the prompts dispatched to its engine), in one of two placements, each a clas
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
+from typing import Iterator
 
 import torch
 import torch.distributed as dist
 from megatron.core import parallel_state
 
 from megarl.agent import AgentLoop, ToolContext, build_tools
-from megarl.columns import (AGENT_STATS, DATA_SOURCE, EXTRA_INFO, FINISH_REASON, PROMPT_IDS, RESPONSE_MASK, RESPONSES,
-                            REWARD_MODEL, REWARD_OUTCOME, ROLLOUT_LOG_PROBS, stage)
+from megarl.columns import (AGENT_STATS, DATA_SOURCE, EXTRA_INFO, FINISH_REASON, JUDGE_AFTER_GEN_S, PROMPT_IDS,
+                            RAW_PROMPT, RESPONSE_MASK, RESPONSES, REWARD_MODEL, REWARD_OUTCOME, ROLLOUT_LOG_PROBS, stage)
 from megarl.models.bridge import load_hf_config
 from megarl.models.to_hf import hf_converter
 from megarl.models.tokenizer import load_tokenizer
@@ -27,6 +29,7 @@ from megarl.rollout.base import (KV_CACHE, MEMORY_TAGS, WEIGHTS, OnResponse, Res
 from megarl.rollout.batch import ground_truths, rule_scored, with_responses
 from megarl.workers.actor import ActorWorker
 from megarl.workers.inputs import RolloutInputs, model_path
+from megarl.workers.judge import JUDGED, JudgeWorker, StreamingJudge
 from parallel.batch import Batch
 from parallel.weight_bridge import WeightBridge
 from parallel.dispatch import Collect, Dispatch, RankLayout, worker_method
@@ -39,10 +42,11 @@ class RolloutWorker(Worker):
     """What both placements share: the engine, its generation (and the async mode's scoring beside it), its
     profile."""
 
-    def __init__(self, inputs: RolloutInputs, engine_tp_of_slots: int):
+    def __init__(self, inputs: RolloutInputs, engine_tp_of_slots: int, judge: JudgeWorker | None = None):
         """`engine_tp_of_slots`: the tensor-parallel size whose groups the engines' slots follow (the actor's
-        beside it, the engines' own on a pool of their own)."""
-        self.inputs = inputs
+        beside it, the engines' own on a pool of their own); `judge`: the judge in this process, which the async
+        mode hands each response to as it finishes (MegaRLConfig.judge_streams)."""
+        self.inputs, self.judge = inputs, judge
         self.placement = place_engines(engine_tp_of_slots, inputs.rollout.tensor_model_parallel_size)
         self.model_path = model_path(inputs.model_path, "model.path")
         self.hf_config = load_hf_config(self.model_path)
@@ -105,7 +109,8 @@ class RolloutWorker(Worker):
 
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
     @stage(reads=(PROMPT_IDS,), writes=(RESPONSES, RESPONSE_MASK, ROLLOUT_LOG_PROBS, FINISH_REASON),
-           reads_if_present=(DATA_SOURCE, REWARD_MODEL, EXTRA_INFO), may_write=(REWARD_OUTCOME, AGENT_STATS))
+           reads_if_present=(DATA_SOURCE, REWARD_MODEL, EXTRA_INFO, RAW_PROMPT),
+           may_write=(REWARD_OUTCOME, AGENT_STATS, *JUDGED, JUDGE_AFTER_GEN_S))
     def generate(self, prompts: Batch, validate: bool = False, greedy: bool = False,
                  seed: int | None = None) -> Batch | None:
         """Responses to this engine's share of `prompts` (`prompt_ids` column): rollout.n each, the validation
@@ -125,30 +130,45 @@ class RolloutWorker(Worker):
         return self._generate_scored(prompts, params, self.scorer)
 
     def _generate_scored(self, prompts: Batch, params: SamplingParams, scorer: RewardScorer) -> Batch:
-        """The async mode: each response goes to the scorer as it finishes, while the engine goes on with the others;
-        the outcomes ride in the batch's `reward_outcome` (the driver's scoring stage reports and places them)."""
+        """The async mode: each response goes to the scorer (and the judge beside this engine) as it finishes, while
+        the engine goes on with the others; the outcomes ride in the batch's `reward_outcome` (the driver's scoring
+        stage reports and places them), the judge's verdicts in its columns."""
         n, truths, sources = params.n, ground_truths(prompts), list(prompts[DATA_SOURCE])
         extras = list(prompts[EXTRA_INFO]) if EXTRA_INFO in prompts else [None] * len(prompts)
         truth_only = self.inputs.streaming_reward is not None and self.inputs.streaming_reward.truth_only
 
-        with StreamingScorer(scorer, len(prompts) * n) as stream:
+        with StreamingScorer(scorer, len(prompts) * n) as stream, self._judging(len(prompts) * n) as judging:
             def finished(i: int, k: int, response: Response) -> None:
                 if rule_scored(truths[i], truth_only):
                     stream.submit(i * n + k, response.token_ids, sources[i], truths[i], extras[i])
+                if judging is not None:
+                    judging.submit(i * n + k, prompts[RAW_PROMPT][i], response.token_ids, truths[i], extras[i])
 
             groups = self._generate(prompts, params, on_response=finished)
+            generated_at = time.perf_counter()
             outcomes = stream.outcomes()
+            judged = judging.judged(generated_at) if judging is not None else None
         batch = with_responses(prompts, groups, width=self.inputs.max_response_length)
-        return batch.union(Batch(fields={REWARD_OUTCOME: outcomes}))
+        batch = batch.union(Batch(fields={REWARD_OUTCOME: outcomes}))
+        return batch if judged is None else batch.union(judged)
+
+    @contextmanager
+    def _judging(self, count: int) -> Iterator[StreamingJudge | None]:
+        """The judge beside this engine for a round's `count` responses, its memory taken for the round."""
+        if self.judge is None:
+            yield None
+            return
+        with self.judge.engine_memory() as judge, StreamingJudge(judge, count) as judging:
+            yield judging
 
 
 class ColocatedRolloutWorker(RolloutWorker):
-    """Beside the actor (its role in this process, spawned with the actor's handle): its engine ranks follow the
-    actor's tensor-parallel groups, and the engine gives its memory to training between generations (`release`,
+    """Beside the actor (its role in this process, spawned with the actor's handle, and the judge's where the judge
+    streams): its engine ranks follow the actor's tensor-parallel groups, and the engine gives its memory to training between generations (`release`,
     `resume`)."""
 
-    def __init__(self, inputs: RolloutInputs, actor: ActorWorker):
-        super().__init__(inputs, inputs.train_tp)
+    def __init__(self, inputs: RolloutInputs, actor: ActorWorker, judge: JudgeWorker | None = None):
+        super().__init__(inputs, inputs.train_tp, judge)
         self.actor = actor.model
         self.streamer = WeightStreamer(self.actor.named_parameters, hf_converter(self.hf_config), self.placement.slot,
                                        self.placement.slots,

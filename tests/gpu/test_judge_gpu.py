@@ -1,8 +1,9 @@
 """GPU (SGLang): a 0.5B-shaped judge (`reward.judge`) on an SGLang engine of its own rewarding GRPO on a 0.5B-shaped
 policy alone. Beside the policy, in its process on one GPU (torchrun): yes_no through SGLang's `token_ids_logprob`
 (its scores against transformers' softmax over the two words' logits on the logged prompts), and a generating judge
-(regex over its digits). On a second GPU of its own (Ray; skipped on one GPU): the generating judge. All three passed
-on H200s (rows: benchmarks/results/2026-11-28-judge-gpu.json).
+(regex over its digits), after generation and, in the rollout's async mode, as each response finishes (the judge's
+engine driven from a thread while the policy's generates). On a second GPU of its own (Ray; skipped on one GPU): the
+generating judge. The three cases after generation passed on H200s (rows: benchmarks/results/2026-11-28-judge-gpu.json).
 
 Rows for benchmarks/results/ go to $MEGARL_RESULTS_DIR/judge_gpu.json when it is set: the judge's share of the
 step and its tokens/s."""
@@ -28,11 +29,14 @@ PARSES = {"yes_no": ["reward.judge.parse.type=yes_no", 'reward.judge.parse.yes="
 
 
 # colocated: in the policy's process on its GPU (torchrun); own_pool: on a second GPU of its own (Ray)
+# colocated_async: there, each response judged as it finishes (rollout.mode=async)
 PLACEMENTS = {"colocated": [], "own_pool": ["reward.judge.enable_resource_pool=true", "trainer.launcher=ray",
-                                            "reward.judge.gpu_memory_utilization=0.5"]}
+                                            "reward.judge.gpu_memory_utilization=0.5"],
+              "colocated_async": ["rollout.mode=async"]}
 
 
-@pytest.mark.parametrize("parse, placement", [("yes_no", "colocated"), ("regex", "colocated"), ("regex", "own_pool")])
+@pytest.mark.parametrize("parse, placement", [("yes_no", "colocated"), ("regex", "colocated"), ("regex", "own_pool"),
+                                             ("regex", "colocated_async")])
 def test_a_judge_on_sglang_rewards_the_policy(tmp_path, parse, placement):
     from megarl.models.init_model import write_model
 
@@ -53,22 +57,29 @@ def test_a_judge_on_sglang_rewards_the_policy(tmp_path, parse, placement):
     records = [json.loads(line) for line in (out / "samples" / "train" / "3.jsonl").read_text().splitlines()]
     judged_tokens = _judge_tokens(judge, records, ("prompt", "output") if parse == "regex" else ("prompt",))
     _record(parse, placement, steps, judged_tokens)
+    streams = placement == "colocated_async"
     for step in steps:
-        assert step["reward/judge_unparsed"] == 0 and step["timing_s/judge"] > 0
+        assert step["reward/judge_unparsed"] == 0
+        assert ("reward/judge_during_gen" in step) == streams and ("timing_s/judge" in step) != streams
         assert step["critic/score/mean"] == pytest.approx(step["reward/judge_score/mean"], abs=1e-4)
     if parse == "yes_no":
         _check_yes_no_against_transformers(judge, records)
 
 
 def _record(parse: str, placement: str, steps: list[dict], judged_tokens: int) -> None:
-    record_gpu_row("judge_gpu.json", {
-        "what": f"judge-{parse}-{placement}", "dtype": "bf16", "backend": "sglang",
-        "command": f"MEGARL_RESULTS_DIR=$OUT python -m pytest tests/gpu/test_judge_gpu.py -k '{parse} and {placement}'",
-        "model_shape": "qwen2.5-0.5b policy and judge", "random_init": True,
-        "judge_s": [s["timing_s/judge"] for s in steps],
-        "judge_share_of_step": [s["timing_s/judge"] / s["timing_s/step"] for s in steps],
-        "judge_tokens_per_s_step3": judged_tokens / steps[-1]["timing_s/judge"]},
-        gpus_used=2 if placement == "own_pool" else 1)
+    row = {"what": f"judge-{parse}-{placement}", "dtype": "bf16", "backend": "sglang",
+           "command": f"MEGARL_RESULTS_DIR=$OUT python -m pytest tests/gpu/test_judge_gpu.py -k '{parse} and "
+                      f"{placement}'",
+           "model_shape": "qwen2.5-0.5b policy and judge", "random_init": True,
+           "step_s": [s["timing_s/step"] for s in steps], "gen_s": [s["timing_s/gen"] for s in steps]}
+    if "timing_s/judge" in steps[-1]:
+        row.update({"judge_s": [s["timing_s/judge"] for s in steps],
+                    "judge_share_of_step": [s["timing_s/judge"] / s["timing_s/step"] for s in steps],
+                    "judge_tokens_per_s_step3": judged_tokens / steps[-1]["timing_s/judge"]})
+    else:  # judged within generation: what it added after the engine's last response, and how much came before
+        row.update({"judge_after_gen_s": [s["reward/judge_after_gen_s/max"] for s in steps],
+                    "judged_during_gen": [s["reward/judge_during_gen"] for s in steps]})
+    record_gpu_row("judge_gpu.json", row, gpus_used=2 if placement == "own_pool" else 1)
 
 
 def _judge_tokens(judge, records, parts) -> int:

@@ -22,7 +22,7 @@ from megarl.trainer.roles import Roles
 from megarl.trainer.sampling import StepSampler
 from megarl.workers.actor import ActorWorker
 from megarl.workers.critic import CriticWorker
-from megarl.workers.judge import JudgeWorker, judged
+from megarl.workers.judge import JudgeWorker, Verdict, judged
 from megarl.workers.reference import ReferenceWorker
 from megarl.workers.reward_model import RewardModelWorker
 from megarl.workers.rollout import RolloutWorker
@@ -88,7 +88,7 @@ class Judge:
     def judge(self, batch):
         contract = contract_of(JudgeWorker.judge)
         contract.check_input(batch)
-        out = judged([1.0] * len(batch), ["prompt"] * len(batch), ["1"] * len(batch), 0.0)
+        out = judged([Verdict(1.0, "prompt", "1")] * len(batch), 0.0)
         contract.check_output(batch, out)
         return out
 

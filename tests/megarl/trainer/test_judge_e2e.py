@@ -1,7 +1,8 @@
 """An LLM judge (`reward.judge`) in tiny GRPO runs on CPU, its engine the transformers one: under Ray on a pool of
-its own, rewarding alone (a regex parser over what it generates), under torchrun in the actor's two processes beside
-a reward function by weight (yes_no, from its next-token log-probs). Each logged sample's judge score is recomputed here with
-transformers from the prompt the sample log says the judge read."""
+its own, rewarding alone (a regex parser over what it generates, the batch judged after generation); under torchrun
+in the actor's two processes beside a reward function by weight (yes_no, from its next-token log-probs), in the
+rollout's async mode, so each response judged as it finishes. Each logged sample's judge score is recomputed here
+with transformers from the prompt the sample log says the judge read."""
 
 import json
 import re
@@ -15,7 +16,9 @@ from parallel.topology import free_port
 from tests.helpers import make_digit_judge, overrides, read_metrics, run_command
 
 JUDGE_METRICS = {"reward/judge_score/mean", "reward/judge_score/min", "reward/judge_score/max", "reward/judge_unparsed",
-                 "reward/rule_score/mean", "timing_s/judge"}
+                 "reward/rule_score/mean"}
+BATCH_JUDGED = {"timing_s/judge"}  # its own phase after generation
+STREAM_JUDGED = {"reward/judge_after_gen_s/max", "reward/judge_during_gen"}  # within generation
 LENGTH_REWARD = "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n" \
                 "    return len(solution_str) / 10\n"
 
@@ -25,13 +28,14 @@ def judge(tmp_path_factory):
     return make_digit_judge(tmp_path_factory.mktemp("judge") / "judge")
 
 
-def train(setup, out, judge, *extra, launcher=(sys.executable,)):
+def train(setup, out, judge, *extra, launcher=(sys.executable,), metrics=BATCH_JUDGED):
     proc = run_command([*launcher, "-m", "megarl.train",
                         *overrides(setup, out, "algorithm.adv_estimator=grpo", f"reward.judge.model.path={judge}",
                                    "trainer.log_samples=-1", *extra)], timeout=480)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-5000:]
     steps = read_metrics(out)
-    assert len(steps) == 2 and all(JUDGE_METRICS <= step.keys() for step in steps)
+    assert len(steps) == 2 and all(JUDGE_METRICS | metrics <= step.keys() for step in steps)
+    assert not any((BATCH_JUDGED | STREAM_JUDGED) - metrics & step.keys() for step in steps)
     assert all(step["reward/judge_unparsed"] == 0 for step in steps)
     records = [json.loads(line) for path in sorted((out / "samples" / "train").glob("*.jsonl"))
                for line in path.read_text().splitlines()]
@@ -67,14 +71,15 @@ def test_a_judge_on_its_own_pool_alone_rewards_a_grpo_run_under_ray(setup, tmp_p
         assert record["score"] == pytest.approx(0.5 * record["judge_score"], abs=1e-6)
 
 
-def test_a_judge_beside_a_reward_function_by_weight_under_torchrun(setup, tmp_path, judge):
+def test_a_judge_beside_a_reward_function_judges_as_responses_finish_under_torchrun(setup, tmp_path, judge):
     reward = tmp_path / "length_reward.py"
     reward.write_text(LENGTH_REWARD)
     torchrun = (sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
                 str(free_port()))
     _, steps, records = train(setup, tmp_path / "run", judge, f"reward.function={reward}:compute_score",
                               "reward.workers=1", "reward.judge.weight=0.25", "reward.judge.parse.type=yes_no",
-                              'reward.judge.parse.yes="Y"', 'reward.judge.parse.no="N"', launcher=torchrun)
+                              'reward.judge.parse.yes="Y"', 'reward.judge.parse.no="N"', "rollout.mode=async",
+                              launcher=torchrun, metrics=STREAM_JUDGED)
     for step in steps:
         assert step["critic/score/mean"] == pytest.approx(
             step["reward/rule_score/mean"] + 0.25 * step["reward/judge_score/mean"], abs=1e-5)

@@ -1,19 +1,23 @@
 """The judge (megarl/workers/judge.py) on the transformers engine, against transformers itself on the same rendered
 prompts: its scores are greedy `generate` + the parser's, its yes_no score the softmax over the two words' logits
-computed by hand; words of several tokens are refused; an all-unparsed batch stops with the template and an output."""
+computed by hand; words of several tokens are refused; an all-unparsed batch stops with the template and an output.
+Streaming (rollout.mode=async): the same verdicts as the batch's, each given while later responses are still to come."""
+
+import time
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from megarl.config.schema import JudgeConfig, JudgeParseConfig, JudgeSamplingConfig, ModelConfig
-from megarl.columns import JUDGE_OUTPUT, JUDGE_PARSED, JUDGE_PROMPT, JUDGE_SCORES
+from megarl.columns import (JUDGE_AFTER_GEN_S, JUDGE_OUTPUT, JUDGE_PARSED, JUDGE_PROMPT, JUDGE_SCORES,
+                            RAW_PROMPT, RESPONSE_MASK, RESPONSES, response_lengths)
 from megarl.rewards.judge import judge_parser, render_prompt
 from megarl.rollout.base import Response
 from megarl.rollout.batch import prompt_batch, with_responses
 from megarl.rollout.transformers_engine import TransformersEngine
 from megarl.trainer.stages import JudgeUnparsedError, check_judged
-from megarl.workers.judge import Judge, judged
+from megarl.workers.judge import Judge, StreamingJudge, Verdict, judged
 from tests.helpers import make_chat_model
 
 TEMPLATE = "Question: {prompt}\nAnswer: {response}\nExpected: {ground_truth} ({level})\nScore 0-9:"
@@ -90,6 +94,27 @@ def test_yes_no_is_the_softmax_over_the_two_words_logits(models):
     assert out[JUDGE_OUTPUT][0].startswith("Y: log-prob -")
 
 
+def test_a_streaming_judge_gives_each_verdict_while_later_responses_are_still_to_come(models):
+    policy, judge_dir = models
+    judge = make_judge(judge_dir, policy, type="yes_no", yes="Y", no="N")
+    batch = responses(policy)
+    truths = [truth for _, truth in QUESTIONS]
+    with StreamingJudge(judge, len(batch)) as stream:
+        for row in range(len(batch)):  # as an engine reports them: one by one, the next only after a verdict
+            length = int(response_lengths(batch[RESPONSE_MASK])[row])
+            stream.submit(row, batch[RAW_PROMPT][row], batch[RESPONSES][row, :length].tolist(), truths[row],
+                          {"level": ("easy", "easy", "hard")[row]})
+            deadline = time.monotonic() + 60
+            while stream.done_at_[row] is None:
+                assert time.monotonic() < deadline, f"no verdict on response {row} while generation went on"
+                time.sleep(0.01)
+        out = stream.judged(generated_at=time.perf_counter())
+    expected = judge(batch)
+    assert list(out[JUDGE_PROMPT]) == list(expected[JUDGE_PROMPT])
+    assert out[JUDGE_SCORES].tolist() == pytest.approx(expected[JUDGE_SCORES].tolist(), abs=1e-6)
+    assert out[JUDGE_AFTER_GEN_S].tolist() == [0.0] * 3  # each came before the last response
+
+
 def test_words_of_several_tokens_are_refused(models):
     policy, judge_dir = models
     with pytest.raises(ValueError, match=r"reward.judge.parse.yes='yes' is 3 tokens of the judge's tokenizer"):
@@ -99,10 +124,11 @@ def test_words_of_several_tokens_are_refused(models):
 def test_an_all_unparsed_batch_stops_with_the_template_and_an_output():
     config = JudgeConfig(prompt=TEMPLATE)
     outputs = ["I cannot judge this.", "Hmm."]
+    unparsed = [Verdict(None, "p1", outputs[0]), Verdict(None, "p2", outputs[1])]
     with pytest.raises(JudgeUnparsedError) as info:
-        check_judged(judged([None, None], ["p1", "p2"], outputs, 0.0), config)
+        check_judged(judged(unparsed, 0.0), config)
     message = str(info.value)
     assert "none of the judge's 2 outputs of the batch parsed (reward.judge.parse.type=last_number, on the scale " \
            "[0.0, 10.0])" in message
     assert TEMPLATE in message and "I cannot judge this." in message
-    check_judged(judged([None, 3.0], ["p1", "p2"], outputs, 0.0), config)  # one parsed: the run goes on
+    check_judged(judged([unparsed[0], Verdict(3.0, "p2", outputs[1])], 0.0), config)  # one parsed: the run goes on
