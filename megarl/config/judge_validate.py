@@ -89,9 +89,6 @@ def _check_placement(cfg: MegaRLConfig, problems: list[str]) -> None:
              else "trainer.nnodes × trainer.n_gpus_per_node")
     if judge.enable_resource_pool and engines < 1:
         problems.append(f"reward.judge.enable_resource_pool=true needs GPUs: set {where} to 1 or more")
-    if judge.enable_resource_pool and cfg.trainer.launcher == "torchrun":
-        problems.append("reward.judge.enable_resource_pool=true needs trainer.launcher=ray (under torchrun only the "
-                        "rollout engines may have GPUs of their own)")
     samples = cfg.data.generation_batch_size * cfg.rollout.n
     if engines >= 1 and samples % engines:
         problems.append(f"data.train_batch_size × rollout.n = {samples} responses cannot be shared among the "

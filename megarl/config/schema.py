@@ -355,7 +355,7 @@ class JudgeConfig:
     unparsed_score: float = 0.0  # the score of a judge output that does not parse (reward/judge_unparsed counts them)
     gpu_memory_utilization: float = 0.2  # its engine's share of each GPU (SGLang's mem_fraction_static)
     engine_kwargs: Dict[str, Any] = field(default_factory=dict)  # passed to its engine as they are
-    # True: GPUs of its own (nnodes × n_gpus_per_node, an engine on each; Ray only), its KV cache kept between passes
+    # True: GPUs of its own (nnodes × n_gpus_per_node, an engine on each), its KV cache kept between passes
     enable_resource_pool: bool = False
     nnodes: int = 1
     n_gpus_per_node: int = 1

@@ -260,7 +260,7 @@ def _check_meshes(cfg: MegaRLConfig, problems: list[str]) -> None:
                               "the reward model runs in the actor's processes",
                               ", or give it its own GPUs with reward.model.enable_resource_pool=true (Ray launcher)")
     # Under torchrun a pool of its own serves the driver's calls (parallel/served_backend.py): tested for the
-    # rollout engines only.
+    # rollout engines and the judge only.
     own_pools = [("critic", cfg.use_critic and cfg.critic.enable_resource_pool), ("reward.model", own_rm_pool)]
     for role, own_pool in own_pools:
         if own_pool and cfg.trainer.launcher == "torchrun":

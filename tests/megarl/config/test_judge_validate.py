@@ -46,8 +46,6 @@ def test_a_judge_alone_may_reward():
     (["reward.judge.unparsed_score=inf"], "reward.judge.unparsed_score=inf must be a finite number"),
     (["reward.judge.enable_resource_pool=true", "reward.judge.n_gpus_per_node=0"],
      "reward.judge.enable_resource_pool=true needs GPUs: set reward.judge.nnodes × reward.judge.n_gpus_per_node"),
-    (["reward.judge.enable_resource_pool=true", "trainer.launcher=torchrun"],
-     "reward.judge.enable_resource_pool=true needs trainer.launcher=ray"),
     (["reward.judge.enable_resource_pool=true", "reward.judge.n_gpus_per_node=3"],
      "data.train_batch_size × rollout.n = 64 responses cannot be shared among the judge's 3 engines (one on each GPU "
      "of reward.judge.nnodes × reward.judge.n_gpus_per_node)"),

@@ -1,5 +1,6 @@
-"""An LLM judge (`reward.judge`) in tiny GRPO runs on CPU, its engine the transformers one: under Ray on a pool of
-its own, rewarding alone (a regex parser over what it generates, the batch judged after generation); under torchrun
+"""An LLM judge (`reward.judge`) in tiny GRPO runs on CPU, its engine the transformers one: on a pool of its own under
+Ray and under torchrun, rewarding alone (a regex parser over what it generates, the batch judged after generation);
+under torchrun
 in the actor's two processes beside a reward function by weight (yes_no, from its next-token log-probs), in the
 rollout's async mode, so each response judged as it finishes. Each logged sample's judge score is recomputed here
 with transformers from the prompt the sample log says the judge read."""
@@ -29,6 +30,7 @@ def judge(tmp_path_factory):
 
 
 def train(setup, out, judge, *extra, launcher=(sys.executable,), metrics=BATCH_JUDGED):
+    """`launcher`: the command that starts `-m megarl.train` (python for Ray, torchrun's)."""
     proc = run_command([*launcher, "-m", "megarl.train",
                         *overrides(setup, out, "algorithm.adv_estimator=grpo", f"reward.judge.model.path={judge}",
                                    "trainer.log_samples=-1", *extra)], timeout=480)
@@ -50,11 +52,17 @@ def judge_inputs(judge, record) -> torch.Tensor:
     return torch.tensor([tokenizer(record["judge"]["prompt"], add_special_tokens=False)["input_ids"]])
 
 
-def test_a_judge_on_its_own_pool_alone_rewards_a_grpo_run_under_ray(setup, tmp_path, judge):
-    proc, steps, records = train(setup, tmp_path / "run", judge, "trainer.n_gpus_per_node=1", "reward.rule_weight=0",
-                                 "reward.judge.weight=0.5", "reward.judge.parse.type=regex",
-                                 "reward.judge.parse.pattern='(\\d)'", "reward.judge.sampling.max_new_tokens=4",
-                                 "reward.judge.enable_resource_pool=true")
+OWN_POOL = ("trainer.n_gpus_per_node=1", "reward.rule_weight=0", "reward.judge.weight=0.5",
+            "reward.judge.parse.type=regex", "reward.judge.parse.pattern='(\\d)'",
+            "reward.judge.sampling.max_new_tokens=4", "reward.judge.enable_resource_pool=true")
+
+
+@pytest.mark.parametrize("launcher", ["ray", "torchrun"])
+def test_a_judge_on_its_own_pool_alone_rewards_a_grpo_run(setup, tmp_path, judge, launcher):
+    command = (sys.executable,) if launcher == "ray" else \
+        (sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()))
+    proc, steps, records = train(setup, tmp_path / "run", judge, *OWN_POOL, f"trainer.launcher={launcher}",
+                                 launcher=command)
     assert "pool main: 1 node × 1 GPUs, one process per GPU hosting actor, rollout\n" in proc.stdout
     assert "pool judge: 1 node × 1 GPUs, one process per GPU hosting judge" in proc.stdout
     for step in steps:
