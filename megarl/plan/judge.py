@@ -3,8 +3,8 @@ checkpoint of its own, planned by the rule megarl/plan/phases.py applies to the 
 
 Beside the actor it starts before the rollout engine and releases its KV cache at once: its weights and the released
 engine's footprint stay in every phase (and are gone from what the rollout engine finds free when it starts), and
-its KV cache comes back for the judge's pass, which runs while the rollout engine still holds its own. On GPUs of its
-own (`reward.judge.enable_resource_pool`) it shares its GPU with its worker process alone and keeps its KV cache.
+its KV cache comes back for the judge's pass, which runs while the rollout engine still holds its own (within
+generation where it judges each response as it finishes, MegaRLConfig.judge_streams). On GPUs of its own (`reward.judge.enable_resource_pool`) it shares its GPU with its worker process alone and keeps its KV cache.
 """
 
 from __future__ import annotations
@@ -45,9 +45,10 @@ def judge_engine(inputs: PlanInputs, resident: Parts) -> JudgeEngine | None:
     return JudgeEngine(free, weights, share - weights, inputs.calibration.released_engine(1), own_pool)
 
 
-def judge_phase(inputs: PlanInputs, judge: JudgeEngine, held: Parts) -> PhaseEstimate:
+def judge_phase(inputs: PlanInputs, judge: JudgeEngine, held: Parts, name: str = "judge") -> PhaseEstimate:
     """The judge's pass: `held`, what else is on the GPU then (beside the actor: the generation phase's parts, its
-    own weights among them; on its own pool: its worker process), with its KV cache and runtime added."""
+    own weights among them; on its own pool: its worker process), with its KV cache and runtime added. `name`: the
+    phase it runs in (`gen` where it judges as responses finish)."""
     cal = inputs.calibration
     parts = held + (() if not judge.own_pool else (("judge weights", judge.weights),))
     parts += (("judge KV cache", max(judge.kv_cache, 0)), ("judge runtime", gib(cal.engine_runtime_gib)))
@@ -59,7 +60,7 @@ def judge_phase(inputs: PlanInputs, judge: JudgeEngine, held: Parts) -> PhaseEst
                    f"free when it starts, holds {tokens} KV-cache tokens beside its weights, fewer than one "
                    f"policy sequence ({inputs.sequence_tokens}) it reads")
     pool = JUDGE_POOL if judge.own_pool else "trainer"
-    return PhaseEstimate("judge", pool, parts, inputs.gpu_bytes, note=f"judge KV cache {tokens:,} tokens",
+    return PhaseEstimate(name, pool, parts, inputs.gpu_bytes, note=f"judge KV cache {tokens:,} tokens",
                          problem=problem)
 
 

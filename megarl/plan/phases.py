@@ -73,12 +73,15 @@ def plan_memory(inputs: PlanInputs) -> MemoryPlan:
 def _with_judge(inputs: PlanInputs, phases: list[PhaseEstimate], judge: JudgeEngine,
                 roles: tuple[RoleState, ...]) -> list[PhaseEstimate]:
     """The judge's pass: after generation on the actor's GPUs (with the rollout engine's memory still held, or the
-    trainer's state alone when the engines have GPUs of their own), or on its own pool."""
+    trainer's state alone when the engines have GPUs of their own), within it where it judges each response as it
+    finishes, or on its own pool."""
     cal = inputs.calibration
     if judge.own_pool:
         worker = (("judge worker process", cal.trainer_process(inputs.cfg.judge_world_size)),)
         return phases + [judge_phase(inputs, judge, worker)]
     gen = next((p for p in phases if p.name == "gen"), None)
+    if inputs.cfg.judge_streams and gen is not None:  # its pass runs within generation
+        return [judge_phase(inputs, judge, gen.parts, name="gen") if p is gen else p for p in phases]
     if gen is not None:
         held = gen.parts
     else:

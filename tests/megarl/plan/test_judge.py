@@ -1,6 +1,7 @@
 """The judge's engine in the memory plan (megarl/plan/judge.py): beside the actor its weights and released engine are
 in every phase and out of what the rollout engine finds free, and its pass adds its KV cache to generation's memory;
-on GPUs of its own it is a pool of its own and leaves the actor's GPUs as they were."""
+judging as responses finish (rollout.mode=async), generation's phase holds it; on GPUs of its own it is a pool of its
+own and leaves the actor's GPUs as they were."""
 
 import json
 
@@ -44,6 +45,16 @@ def test_a_judge_beside_the_actor_holds_its_weights_everywhere_and_its_kv_cache_
     pass_ = judged.phase("judge")
     assert pass_.total - gen.total == (pass_.part("judge KV cache") + gib(inputs.calibration.engine_runtime_gib))
     assert judged.hosts[0].part("judge engine processes") == 4 * gib(inputs.calibration.host_engine_gib)
+
+
+def test_a_judge_that_streams_holds_its_kv_cache_through_generation(inputs_for, judge_dir):
+    judge = (f"reward.judge.model.path={judge_dir}", "reward.judge.gpu_memory_utilization=0.2")
+    after = plan_memory(inputs_for(*judge, gpu_gib=80.0))
+    streaming = plan_memory(inputs_for(*judge, "rollout.mode=async", gpu_gib=80.0))
+    assert "judge" not in [p.name for p in streaming.phases]
+    assert streaming.phase("gen").parts == after.phase("judge").parts
+    assert [p.total for p in streaming.phases if p.name != "gen"] == \
+        [p.total for p in after.phases if p.name not in ("gen", "judge")]
 
 
 def test_a_judge_on_gpus_of_its_own_leaves_the_actors_gpus_alone(inputs_for, judge_dir):
