@@ -11,6 +11,9 @@ so that the weights it needs are as close as possible to the training shards alr
 - R > T: engines span consecutive GPUs; each rank gathers within its training TP group (nothing when T = 1)
   and keeps its part.
 - Pipeline stages send only the layers they own, broadcast to the same slot of the other stages.
+- Expert parallelism (a mixture-of-experts model): each rank owns some experts; an expert's slot tensor is
+  broadcast from its owner over the expert-parallel group (whose ranks share a tensor-parallel rank, hence a slot
+  part), so every engine gets every expert.
 - Data- and context-parallel replicas hold equal weights and serve their own engines: no traffic.
 
 Megatron's rank order puts a training TP group on consecutive ranks (tensor parallel innermost). The stream
@@ -56,19 +59,39 @@ class WeightStreamer:
     parameter list of every pipeline stage and creates the gather groups), then call `sync` after each update."""
 
     def __init__(self, named_parameters: NamedParameters, convert: Convert, slot: EngineSlot,
-                 all_slots: list[EngineSlot], pp_group=None, bucket_bytes: int = 512 << 20):
+                 all_slots: list[EngineSlot], pp_group=None, bucket_bytes: int = 512 << 20, ep_group=None,
+                 is_expert: Callable[[str], bool] = lambda name: False):
+        """`ep_group`, `is_expert`: with expert parallelism, its group and which names are this rank's experts
+        (named by their global numbers)."""
         self.named_parameters, self.convert, self.slot = named_parameters, convert, slot
         self.pp_group, self.bucket_bytes = pp_group, bucket_bytes
         self.gather_group = topology.process_group_of(slot.gather_ranks, (s.gather_ranks for s in all_slots))
-        local = [(name, tuple(t.shape), t.dtype) for name, t in named_parameters()]
+        self.ep_group = ep_group if ep_group is not None and dist.get_world_size(ep_group) > 1 else None
+        self.my_expert_rank = dist.get_rank(self.ep_group) if self.ep_group is not None else 0
+        self.ep_ranks = dist.get_process_group_ranks(self.ep_group) if self.ep_group is not None else []
+        local = self._stage_entries([(name, tuple(t.shape), t.dtype) for name, t in named_parameters()], is_expert)
         stages: list = [local]
         if pp_group is not None and dist.get_world_size(pp_group) > 1:
             stages = [None] * dist.get_world_size(pp_group)
             dist.all_gather_object(stages, local, group=pp_group)
         self.my_stage = dist.get_rank(pp_group) if pp_group is not None else 0
         self.pp_ranks = dist.get_process_group_ranks(pp_group) if pp_group is not None else [dist.get_rank()]
-        self.manifest = [(stage, name, shape, dtype) for stage, params in enumerate(stages)
-                         for name, shape, dtype in params]
+        self.manifest = [(stage, *entry) for stage, entries in enumerate(stages) for entry in entries]
+
+    def _stage_entries(self, local: list, is_expert: Callable[[str], bool]) -> list:
+        """This stage's (owning expert-parallel rank or None, name, shape, dtype), the same on its every rank:
+        where this rank has an expert, every expert-parallel rank's expert at that place in its list."""
+        if self.ep_group is None:
+            return [(None, *param) for param in local]
+        ranks: list = [None] * dist.get_world_size(self.ep_group)
+        dist.all_gather_object(ranks, local, group=self.ep_group)
+        entries = []
+        for params in zip(*ranks, strict=True):
+            if is_expert(params[0][0]):
+                entries += [(owner, *param) for owner, param in enumerate(params)]
+            else:
+                entries.append((None, *params[0]))
+        return entries
 
     def sync(self, sink: Callable[[list[Part]], None]) -> SyncStats:
         cuda = torch.cuda.is_available()
@@ -79,13 +102,18 @@ class WeightStreamer:
         stats, start = SyncStats(), time.perf_counter()
         local = iter(self.named_parameters())
         bucket, held = [], 0
-        for stage, name, shape, dtype in self.manifest:
-            owned = stage == self.my_stage
+        for stage, expert_owner, name, shape, dtype in self.manifest:
+            in_stage = stage == self.my_stage
+            owned = in_stage and expert_owner in (None, self.my_expert_rank)
             source = _next_named(local, name) if owned else torch.empty(shape, dtype=dtype, device="meta")
             for hf_name, tensor, dim in self.convert(name, source):
                 out = self._slot_tensor(tensor, dim, stats) if owned else self._empty_slot_tensor(tensor, dim)
-                if len(self.pp_ranks) > 1:
+                if in_stage and expert_owner is not None:
                     if not owned:
+                        stats.bytes_received += out.numel() * out.element_size()
+                    dist.broadcast(out, src=self.ep_ranks[expert_owner], group=self.ep_group)
+                if len(self.pp_ranks) > 1:
+                    if not in_stage:
                         stats.bytes_received += out.numel() * out.element_size()
                     dist.broadcast(out, src=self.pp_ranks[stage], group=self.pp_group)
                 bucket.append((hf_name, out, dim))

@@ -125,14 +125,19 @@ def make_model(family: str, path: Path, **config_args) -> Path:
     moe = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True,
                mlp_only_layers=[]) if family == "qwen3_moe" else {}
     torch.manual_seed(0)
-    config = config_cls(
-        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
-        tie_word_embeddings=family == "qwen3",  # Qwen2: untied, QKV bias; Qwen3: tied, QK-norm; Llama: untied
-        **{**moe, **config_args},
-    )
+    shape = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+                 tie_word_embeddings=family == "qwen3")  # Qwen2: untied, QKV bias; Qwen3: tied, QK-norm; Llama: untied
+    config = config_cls(**{**shape, **moe, **config_args})
     model_cls(config).save_pretrained(path)
     return path
+
+
+def make_chat_moe(out_dir: Path) -> Path:
+    """`make_model`'s tiny Qwen3-MoE (4 experts, 2 per token) with the ChatML tokenizer of `make_tokenizer`."""
+    tokenizer = make_tokenizer(out_dir)
+    return make_model("qwen3_moe", out_dir, vocab_size=512, eos_token_id=tokenizer.eos_token_id,
+                      pad_token_id=tokenizer.pad_token_id)
 
 
 def launch_workdir(root: Path) -> Path:

@@ -81,3 +81,8 @@ def _check_sampling(problems: list[str], key: str, sampling: RolloutConfig | Val
     check_number(problems, f"{key}.top_p", sampling.top_p, "in (0, 1]")
     if sampling.top_k != -1 and sampling.top_k < 1:
         problems.append(f"{key}.top_k={sampling.top_k} must be -1 (off) or ≥ 1")
+
+
+def divisors(n: int) -> str:
+    """The divisors of `n`, listed for an error message's "use one of"."""
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)

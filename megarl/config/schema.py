@@ -49,6 +49,10 @@ class MegatronConfig:
     tensor_model_parallel_size: int = 1
     pipeline_model_parallel_size: int = 1
     context_parallel_size: int = 1
+    # A mixture-of-experts model's experts split over this many ranks of the data-parallel ones (each rank holds
+    # num_experts / EP of them; tokens travel to their experts' ranks). The experts' tensor parallelism is the
+    # layers' (megatron's default expert_tensor_parallel_size).
+    expert_model_parallel_size: int = 1
     # What leaves the GPU between the role's own calls (parallel/offload.py; docs/memory.md has the costs):
     param_offload: bool = False  # the weights, to pinned host memory
     grad_offload: bool = False  # the gradient buffers (freed; the next update starts from zero anyway)

@@ -86,7 +86,7 @@ def check_trainer_model(problems: list[str], role: str, cfg) -> None:
         return
     where = f"{cfg.model.path}/config.json"
     check_model_type(problems, "model.path", cfg.model.path, hf)
-    check_mesh_fits_model(problems, role, getattr(cfg, role).megatron, hf, where)
+    check_mesh_fits_model(problems, role, getattr(cfg, role).megatron, hf, where, cfg.world_size)
     max_positions = hf.get("max_position_embeddings")
     if max_positions and cfg.data.max_length > max_positions:
         problems.append(

@@ -11,13 +11,14 @@ from megarl.algorithms import ADV_ESTIMATORS, KL_ESTIMATORS, LOSS_AGG_MODES, POL
 from megarl.algorithms.rollout_correction import IS_LEVELS, RS_LEVELS
 from megarl.config.judge_validate import check_judge
 from megarl.config.lora_checks import check_lora
-from megarl.config.ranges import check_numeric_ranges
+from megarl.config.moe_validate import check_experts, check_moe_policy
+from megarl.config.ranges import check_numeric_ranges, divisors
 from megarl.config.rollout_validate import check_rollout_placement
 from megarl.config.loader import ConfigError
 from megarl.config.schema import HEALTH_CHECKS, ROLLOUT_MODES, MegaRLConfig, MegatronConfig, MultiTurnConfig, RunConfig
 from megarl.data.dataset import TRUNCATIONS
 from megarl.models.accelerators import TRANSFORMER_IMPLS, transformer_engine_available
-from megarl.models.shapes import CONVERTED_ONLY, MODEL_TYPES, heads_split_problem
+from megarl.models.shapes import MODEL_TYPES, heads_split_problem
 from megarl.plugins import spec_problems
 from megarl.registry import did_you_mean
 from megarl.rewards.code import MODES as CODE_MODES
@@ -185,11 +186,8 @@ def check_megatron_choices(problems: list[str], key: str, megatron: MegatronConf
 def megatron_sizes(key: str, megatron: MegatronConfig) -> dict[str, int]:
     """A role's parallel sizes, each of which must be at least 1."""
     return {f"{key}.{name}": getattr(megatron, name)
-            for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")}
-
-
-def divisors(n: int) -> str:
-    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+            for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+                         "expert_model_parallel_size")}
 
 
 def _check_batches(cfg: MegaRLConfig, problems: list[str]) -> None:
@@ -271,7 +269,8 @@ def _check_meshes(cfg: MegaRLConfig, problems: list[str]) -> None:
 
 def _check_colocated_mesh(problems: list[str], role: str, megatron: MegatronConfig, actor: MegatronConfig,
                           why: str, alternative: str = "") -> None:
-    mesh = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
+    mesh = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+            "expert_model_parallel_size")
     differ = [n for n in mesh if getattr(megatron, n) != getattr(actor, n)]
     if differ:
         problems.append(f"{why} and so its megatron mesh: set "
@@ -377,15 +376,15 @@ def read_hf_config(path: str | None) -> dict | None:
 def check_model_type(problems: list[str], key: str, path: str, hf: dict) -> None:
     """`key`'s model (its config.json `hf`, read from `path`) is of a family megarl builds."""
     model_type = hf.get("model_type")
-    if model_type in CONVERTED_ONLY:
-        problems.append(f"{key}={path}: model_type {model_type!r} converts (megarl check-model) but does not train "
-                        f"yet: {CONVERTED_ONLY[model_type]}")
-    elif model_type not in MODEL_TYPES:
+    if model_type not in MODEL_TYPES:
         problems.append(f"{key}={path}: model_type {model_type!r} ({path}/config.json) is not an architecture megarl "
                         f"builds ({', '.join(MODEL_TYPES)}): start from a checkpoint of one of those families")
 
 
-def check_mesh_fits_model(problems: list[str], role: str, megatron: MegatronConfig, hf: dict, where: str) -> None:
+def check_mesh_fits_model(problems: list[str], role: str, megatron: MegatronConfig, hf: dict, where: str,
+                          world: int) -> None:
+    """`role`'s mesh against its model and its pool's `world` GPUs."""
+    check_experts(problems, role, megatron, hf, where, world)
     _check_tp_splits_heads(problems, f"{role}.megatron.tensor_model_parallel_size",
                            megatron.tensor_model_parallel_size, hf, where)
     layers = hf.get("num_hidden_layers")
@@ -410,7 +409,8 @@ def _check_against_model(cfg: MegaRLConfig, problems: list[str]) -> None:
     if hf is not None:
         where = f"{cfg.model.path}/config.json"
         check_model_type(problems, "model.path", cfg.model.path, hf)
-        check_mesh_fits_model(problems, "actor", cfg.actor.megatron, hf, where)
+        check_mesh_fits_model(problems, "actor", cfg.actor.megatron, hf, where, cfg.world_size)
+        check_moe_policy(cfg, problems, hf)
         _check_tp_splits_heads(problems, "rollout.tensor_model_parallel_size", cfg.rollout.tensor_model_parallel_size,
                                hf, where)
         max_positions = hf.get("max_position_embeddings")
@@ -426,7 +426,7 @@ def _check_against_model(cfg: MegaRLConfig, problems: list[str]) -> None:
             check_model_type(problems, "critic.model.path", cfg.critic.model.path, critic_hf)
         if critic_hf is not None:
             where = f"{cfg.critic.model.path}/config.json"
-            check_mesh_fits_model(problems, "critic", cfg.critic.megatron, critic_hf, where)
+            check_mesh_fits_model(problems, "critic", cfg.critic.megatron, critic_hf, where, cfg.critic_world_size)
     reward_model_hf = read_hf_config(cfg.reward.model.path)
     if reward_model_hf is not None:
         check_model_type(problems, "reward.model.path", cfg.reward.model.path, reward_model_hf)

@@ -28,7 +28,8 @@ from transformers import AutoConfig
 
 from megarl.models import fallbacks
 from megarl.models.accelerators import uses_transformer_engine
-from megarl.models.hf_names import EMBEDDING, LM_HEAD, OUTPUT_LAYER, VALUE_HEAD_NAME, hf_names
+from megarl.models.hf_names import (EMBEDDING, LM_HEAD, OUTPUT_LAYER, VALUE_HEAD_NAME, expert_numbered_globally,
+                                    hf_names)
 from megarl.models.lora import Adapter, is_adapter
 from megarl.models.spec import layer_spec
 
@@ -43,7 +44,6 @@ LOCAL_SPEC_ARGS = dict(
 
 # megatron's own fused SwiGLU and bias-dropout-add kernels need only CUDA.
 CUDA_FUSIONS = dict(bias_activation_fusion=True, bias_dropout_fusion=True)
-_LOCAL_EXPERT = re.compile(r"local_experts\.(\d+)\.")  # an expert's number on its rank
 _HF_EXPERT = re.compile(r"(model\.layers\.\d+\.mlp\.experts\.)(\d+)(\..+)")
 
 
@@ -165,8 +165,7 @@ class Qwen3Moe(MegarlBridge, Qwen3MoEBridge):
         names = super()._weight_name_mapping_mcore_local_to_global(model, consider_ep)
         per_rank = self.config.num_moe_experts // self.mpu.ep_size
         first = per_rank * self.mpu.ep_rank if consider_ep else 0
-        return {local: _LOCAL_EXPERT.sub(lambda m: f"local_experts.{int(m.group(1)) + first}.", name)
-                for local, name in names.items()}
+        return {local: expert_numbered_globally(name, first) for local, name in names.items()}
 
     def export_weights(self, models) -> Iterator[tuple[str, torch.Tensor]]:
         """mbridge's export, each expert's tensors gathered from the expert-parallel ranks (mbridge gathers only

@@ -49,6 +49,17 @@ _EXPERT_NAMES = {"linear_fc1": HFNames(("gate_proj.weight", "up_proj.weight"), 0
                  "linear_fc2": HFNames(("down_proj.weight",), 1)}
 
 _LAYER = re.compile(r"decoder\.layers\.(\d+)\.(.+)")
+_LOCAL_EXPERT = re.compile(r"\.local_experts\.(\d+)\.")
+
+
+def is_expert(name: str) -> bool:
+    """Whether megatron parameter `name` is a routed expert's (split over the expert-parallel ranks)."""
+    return _LOCAL_EXPERT.search(name) is not None
+
+
+def expert_numbered_globally(name: str, first: int) -> str:
+    """`name` with its expert's number on this rank made global: this rank's experts start at `first`."""
+    return _LOCAL_EXPERT.sub(lambda m: f".local_experts.{int(m.group(1)) + first}.", name)
 
 
 def hf_names(name: str, output_layer: str = LM_HEAD) -> HFNames:

@@ -16,6 +16,7 @@ from typing import Iterator
 
 import torch
 from mbridge.utils.post_creation_callbacks import make_value_model
+from megatron.core import parallel_state
 from megatron.core.distributed import finalize_model_grads
 from megatron.core.utils import get_model_config, unwrap_model
 
@@ -26,10 +27,13 @@ from megarl.models.bridge import (
     make_bridge,
     read_hf_tensors,
 )
+from megarl.models.hf_names import expert_numbered_globally, is_expert
 from megarl.models.forward import CachedBlocks, compute_logprobs, compute_sequence_scores, compute_values
 from megarl.models.lora import adapter_layers, adapters_disabled, freeze_base, init_adapters, is_adapter
 from megarl.models.training import build_optimizer, train_step
+from parallel.engines import EngineSlot
 from parallel.offload import FrozenState, Residency, TrainedState
+from parallel.reshard import Convert, WeightStreamer
 
 
 @dataclass
@@ -95,6 +99,13 @@ class RoleModel:
     def named_adapters(self) -> Iterator[tuple[str, object]]:
         return named_adapters(self.chunks)
 
+    def weight_streamer(self, convert: Convert, slot: EngineSlot, slots: list[EngineSlot]) -> WeightStreamer:
+        """Streams this model's weights (`named_parameters`) into engine `slot`, over its pipeline stages and its
+        expert-parallel ranks (parallel/reshard.py)."""
+        return WeightStreamer(self.named_parameters, convert, slot, slots,
+                              pp_group=parallel_state.get_pipeline_model_parallel_group(),
+                              ep_group=parallel_state.get_expert_model_parallel_group(), is_expert=is_expert)
+
     def export_hf(self):
         """Stream (HF name, tensor); every rank of the model-parallel group must iterate it to the end."""
         if self.bridge.adapter is not None:
@@ -115,9 +126,14 @@ def named_adapters(chunks: list) -> Iterator[tuple[str, object]]:
 
 
 def global_name(module, name: str) -> str:
-    """`name` in megatron model chunk `module` with the pipeline stage's layer number made global."""
+    """`name` in megatron model chunk `module` with the pipeline stage's layer number made global, and an expert's
+    number too (expert parallelism gives each rank num_moe_experts / EP of them)."""
     layers = getattr(getattr(module, "decoder", None), "layers", [])
-    return _LAYER.sub(lambda m: f"decoder.layers.{layers[int(m.group(1))].layer_number - 1}.", name)
+    name = _LAYER.sub(lambda m: f"decoder.layers.{layers[int(m.group(1))].layer_number - 1}.", name)
+    if is_expert(name):
+        per_rank = module.config.num_moe_experts // parallel_state.get_expert_model_parallel_world_size()
+        name = expert_numbered_globally(name, per_rank * parallel_state.get_expert_model_parallel_rank())
+    return name
 
 
 def _build(hf_path, megatron: MegatronConfig, *, trainable: bool, value_head: bool, bf16: bool,

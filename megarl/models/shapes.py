@@ -9,9 +9,7 @@ from pathlib import Path
 import torch
 
 # The HF `model_type`s megarl trains megatron-core models of (megarl/models/bridge.py has a bridge for each).
-MODEL_TYPES = ("llama", "qwen2", "qwen3")
-# Those megarl converts (megarl check-model, export) but does not train yet, each with why.
-CONVERTED_ONLY = {"qwen3_moe": "mixture-of-experts training (expert parallelism, routing in the losses) is issue #49"}
+MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen3_moe")
 
 SHAPES = {
     # The tiny CPU recipes' model: 0.35M parameters; the vocabulary is a multiple of 64 as SGLang requires.

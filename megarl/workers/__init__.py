@@ -17,7 +17,8 @@ def join_mesh(source: ModelSource) -> None:
     """Build (or, for a role colocated with one that did, reuse) this process's megatron mesh."""
     megatron = source.megatron
     topology.init_model_parallel(megatron.tensor_model_parallel_size, megatron.pipeline_model_parallel_size,
-                                 megatron.context_parallel_size, seed=source.seed)
+                                 megatron.context_parallel_size, seed=source.seed,
+                                 ep=megatron.expert_model_parallel_size)
 
 
 class TrainedWorker(Worker):

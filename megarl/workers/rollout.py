@@ -14,7 +14,6 @@ from typing import Iterator
 
 import torch
 import torch.distributed as dist
-from megatron.core import parallel_state
 
 from megarl.agent import AgentLoop, ToolContext, build_tools
 from megarl.columns import (AGENT_STATS, DATA_SOURCE, EXTRA_INFO, FINISH_REASON, JUDGE_AFTER_GEN_S, PROMPT_IDS,
@@ -34,7 +33,6 @@ from parallel.batch import Batch
 from parallel.weight_bridge import WeightBridge
 from parallel.dispatch import Collect, Dispatch, RankLayout, worker_method
 from parallel.engines import place_engines
-from parallel.reshard import WeightStreamer
 from parallel.worker import Worker
 
 
@@ -170,9 +168,8 @@ class ColocatedRolloutWorker(RolloutWorker):
     def __init__(self, inputs: RolloutInputs, actor: ActorWorker, judge: JudgeWorker | None = None):
         super().__init__(inputs, inputs.train_tp, judge)
         self.actor = actor.model
-        self.streamer = WeightStreamer(self.actor.named_parameters, hf_converter(self.hf_config), self.placement.slot,
-                                       self.placement.slots,
-                                       pp_group=parallel_state.get_pipeline_model_parallel_group())
+        self.streamer = self.actor.weight_streamer(hf_converter(self.hf_config), self.placement.slot,
+                                                   self.placement.slots)
 
     @worker_method()
     def release(self) -> None:

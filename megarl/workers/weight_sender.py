@@ -8,7 +8,6 @@ import os
 import time
 
 import torch.distributed as dist
-from megatron.core import parallel_state
 
 from megarl.models.bridge import load_hf_config
 from megarl.models.to_hf import hf_converter
@@ -17,7 +16,6 @@ from parallel import topology
 from parallel.weight_bridge import WeightBridge
 from parallel.dispatch import Collect, worker_method
 from parallel.engines import engine_slots
-from parallel.reshard import WeightStreamer
 from parallel.worker import Worker
 
 
@@ -27,9 +25,8 @@ class WeightSenderWorker(Worker):
         self.actor = actor.model
         # Slots of one-GPU engines: each rank's holds the full tensors, gathered within its tensor-parallel group.
         slots = engine_slots(dist.get_world_size(), train_tp, 1)
-        self.streamer = WeightStreamer(self.actor.named_parameters, hf_converter(load_hf_config(model_path)),
-                                       slots[dist.get_rank()], slots,
-                                       pp_group=parallel_state.get_pipeline_model_parallel_group())
+        self.streamer = self.actor.weight_streamer(hf_converter(load_hf_config(model_path)), slots[dist.get_rank()],
+                                                   slots)
         self.bridge: WeightBridge | None = None
 
     @worker_method(collect=Collect.RANK_ZERO)

@@ -343,10 +343,29 @@ def test_the_agent_loop_is_checked_before_the_run(tmp_path):
     load_config(overrides=["rollout.multi_turn.format=json"])  # checked only where the loop runs
 
 
-def test_a_model_megarl_converts_but_does_not_train_is_refused_with_why(tmp_path):
+@pytest.mark.parametrize("overrides, problem", [
+    (["actor.megatron.expert_model_parallel_size=3"],
+     "actor.megatron.expert_model_parallel_size=3 must divide the model's 4 experts ({where}): use one of 1, 2, 4"),
+    (["actor.megatron.expert_model_parallel_size=4"],
+     "actor.megatron.expert_model_parallel_size=4 × tensor × pipeline parallel = 4 must divide the role's 2 GPUs"),
+    (["actor.lora.rank=8"], "actor.lora.rank=8: LoRA on a mixture-of-experts model is not built yet"),
+    (["algorithm.adv_estimator=gae"], "algorithm.adv_estimator=gae trains a critic on the policy's mixture-of-experts "
+                                      "checkpoint"),
+])
+def test_a_mixture_of_experts_recipe_is_checked_against_its_experts(tmp_path, overrides, problem):
     config = {"model_type": "qwen3_moe", "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
               "num_experts": 4}
     (tmp_path / "config.json").write_text(json.dumps(config))
-    assert one_problem(f"model.path={tmp_path}") == (
-        f"model.path={tmp_path}: model_type 'qwen3_moe' converts (megarl check-model) but does not train yet: "
-        "mixture-of-experts training (expert parallelism, routing in the losses) is issue #49")
+    grpo = (f"model.path={tmp_path}", "trainer.n_gpus_per_node=2", "algorithm.adv_estimator=grpo", "rollout.n=2")
+    found = problems(*grpo, *overrides)
+    assert any(p.startswith(problem.format(where=f"{tmp_path}/config.json")) for p in found), found
+    load_config(overrides=[*grpo, "actor.megatron.expert_model_parallel_size=2"])
+
+
+def test_expert_parallelism_needs_experts(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2", "num_attention_heads": 4,
+                                                      "num_key_value_heads": 2, "num_hidden_layers": 2}))
+    assert one_problem(f"model.path={tmp_path}", "trainer.n_gpus_per_node=2", "algorithm.adv_estimator=grpo",
+                       "rollout.n=2", "actor.megatron.expert_model_parallel_size=2") == (
+        f"actor.megatron.expert_model_parallel_size=2 splits a mixture-of-experts model's experts, but "
+        f"{tmp_path}/config.json is a dense model: set it to 1")

@@ -120,9 +120,9 @@ def test_transformer_impl_chooses_the_layers_and_auto_is_local_where_te_is_insta
 
 def test_the_config_accepts_the_families_that_have_a_bridge():
     from megarl.models.bridge import BRIDGES
-    from megarl.models.shapes import CONVERTED_ONLY, MODEL_TYPES
+    from megarl.models.shapes import MODEL_TYPES
 
-    assert sorted(BRIDGES) == sorted([*MODEL_TYPES, *CONVERTED_ONLY])
+    assert sorted(BRIDGES) == sorted(MODEL_TYPES)
 
 
 def test_pipeline_stages_build_and_export_through_the_mapping(tmp_path):
