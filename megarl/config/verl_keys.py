@@ -162,6 +162,13 @@ def _as_actor(name: str) -> Convert:
     return convert
 
 
+def _experts_tp(value: int | None, run: VerlRun) -> Any:
+    """megarl's experts are tensor-parallel as the layers are (megatron's default); another size cannot carry over."""
+    if value in (None, run.get("actor_rollout_ref.actor.megatron.tensor_model_parallel_size", 1)):
+        return OMIT
+    raise NotCarried(f"{_EXPERTS_TP}; verl's run split them over {value}")
+
+
 VERL_PREFIXES = {
     "actor_rollout_ref.model.": "model.",
     "actor_rollout_ref.actor.": "actor.",
@@ -176,6 +183,7 @@ _PACKED = "megarl always packs sequences, without padding"
 _MBRIDGE = "megarl always builds the megatron model from the HF checkpoint through mbridge"
 _JOINED = "path/to/file.py:function_name: verl's path and name joined"
 _REF_MESH = "the reference runs in the actor's processes, in the actor's megatron layout"
+_EXPERTS_TP = "megarl's experts are split over the layers' tensor-parallel ranks (megatron's default)"
 _VLLM = "a vLLM engine setting: SGLang's own go in rollout.engine_kwargs (passed to the engine as they are)"
 
 VERL_KEYS: dict[str, Port] = {
@@ -304,7 +312,9 @@ VERL_KEYS: dict[str, Port] = {
         "actor.megatron.optimizer_offload", "megatron's CPU optimizer: the Adam step runs on the CPU"),
     "actor_rollout_ref.ref.megatron.param_offload": to("ref.megatron.param_offload", "", _ref_offload),
     **{f"actor_rollout_ref.ref.megatron.{name}": to(f"actor.megatron.{name}", _REF_MESH, _as_actor(name))
-       for name in MESH},
+       for name in (*MESH, "expert_model_parallel_size")},
+    "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size": to(
+        "actor.megatron.tensor_model_parallel_size", _EXPERTS_TP, _experts_tp),
     "actor_rollout_ref.rollout.name": to("rollout.name", "megarl generates with SGLang", _sglang),
     # No counterpart in megarl.
     "actor_rollout_ref.actor.strategy": dropped(_ONLY_MEGATRON, same_as="megatron"),

@@ -211,7 +211,7 @@ def test_an_architecture_megarl_does_not_build_is_refused_naming_the_ones_it_doe
     found = config.get("model_type")
     assert one_problem(f"model.path={tmp_path}") == (
         f"model.path={tmp_path}: model_type {found!r} ({tmp_path}/config.json) is not an architecture megarl builds "
-        "(llama, qwen2, qwen3): start from a checkpoint of one of those families")
+        "(llama, qwen2, qwen3, qwen3_moe): start from a checkpoint of one of those families")
     reward_model = one_problem(f"reward.model.path={tmp_path}", "algorithm.adv_estimator=grpo", "rollout.n=2")
     assert reward_model.startswith(f"reward.model.path={tmp_path}: model_type {found!r}")
 

@@ -66,6 +66,19 @@ def test_the_reference_keeps_the_actors_mesh():
                              "the actor's processes, in the actor's megatron layout; verl's reference had its own"]
 
 
+def test_experts_keep_verls_expert_parallelism_and_the_layers_tensor_parallelism():
+    moe = convert(["actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+                   "actor_rollout_ref.actor.megatron.expert_model_parallel_size=4",
+                   "actor_rollout_ref.ref.megatron.expert_model_parallel_size=4",
+                   "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size=2"], MEGATRON)
+    assert moe.dropped == [] and values(moe)["actor.megatron.expert_model_parallel_size"] == 4
+    other = convert(["actor_rollout_ref.actor.megatron.expert_tensor_parallel_size=1",
+                     "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"], MEGATRON)
+    assert other.dropped == ["actor_rollout_ref.actor.megatron.expert_tensor_parallel_size=1: megarl's experts are "
+                             "split over the layers' tensor-parallel ranks (megatron's default); verl's run split "
+                             "them over 1"]
+
+
 def test_what_does_not_carry_over_is_named_with_the_reason():
     c = convert(["actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True",
                  "actor_rollout_ref.actor.use_dynamic_bsz=False",
