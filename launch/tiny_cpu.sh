@@ -7,20 +7,23 @@
 # (megarl sample-rankings), a reward model is trained on the rankings (megarl rm), and PPO learns from it alone.
 # judge fine-tunes the SFT model into a judge of right and wrong sums (megarl sft on the task's judge split), and GRPO
 # learns from the judge alone (reward.judge).
+# moe does grpo's with a mixture-of-experts policy: the tiny shape as a Qwen3-MoE (init-model --experts 4), its
+# experts split over the two processes in SFT and GRPO.
 # tools trains a tiny model of its own, on 2-digit products, to call the python tool (rollout.multi_turn):
 #   megarl preprocess products → megarl init-model --shape tiny --task products → megarl sft → megarl train
 #
-# Usage: bash launch/tiny_cpu.sh [grpo|ppo|dapo|rlhf|lora|judge|tools] [key=value ...]  (overrides: the RL recipe's)
+# Usage: bash launch/tiny_cpu.sh [grpo|ppo|dapo|rlhf|lora|judge|moe|tools] [key=value ...]  (overrides: the RL recipe's)
 #   LAUNCHER=torchrun bash launch/tiny_cpu.sh grpo           (default: Ray, started locally)
 #   NPROC=1 bash launch/tiny_cpu.sh grpo rollout.name=sglang (processes, or GPUs when CUDA is there; default 2)
 # Outputs go to outputs/tiny_cpu/: data/, init/ (random weights), sft/hf (the warm start), rm/hf (rlhf's reward
-# model), judge_sft/hf (the judge recipe's judge), grpo/, ppo/, dapo/, rlhf/ or judge/ (metrics.jsonl, samples/ ...);
+# model), judge_sft/hf (the judge recipe's judge), moe_init/ and moe_sft/hf (moe's), grpo/, ppo/, dapo/, rlhf/,
+# judge/ or moe/ (metrics.jsonl, samples/ ...);
 # tools_data/, tools_init/, tools_sft/ and tools/ for the tools recipe. Stages whose output exists are skipped.
 set -euo pipefail
 algorithm=${1:-grpo}
 shift || true
-case "$algorithm" in grpo|ppo|dapo|rlhf|lora|judge|tools) ;;
-  *) echo "usage: $0 [grpo|ppo|dapo|rlhf|lora|judge|tools] [key=value ...]" >&2; exit 2 ;;
+case "$algorithm" in grpo|ppo|dapo|rlhf|lora|judge|moe|tools) ;;
+  *) echo "usage: $0 [grpo|ppo|dapo|rlhf|lora|judge|moe|tools] [key=value ...]" >&2; exit 2 ;;
 esac
 out=outputs/tiny_cpu
 export RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled}
@@ -44,6 +47,12 @@ if [ "$algorithm" = tools ]; then
   exit
 fi
 [ -f "$out/data/judge.parquet" ] || python -m megarl.cli preprocess arithmetic --output-dir "$out/data"
+if [ "$algorithm" = moe ]; then
+  [ -f "$out/moe_init/config.json" ] || python -m megarl.cli init-model --shape tiny --experts 4 --out "$out/moe_init"
+  [ -f "$out/moe_sft/hf/config.json" ] || run sft --recipe recipes/tiny_cpu_moe_sft.yaml
+  run train --recipe recipes/tiny_cpu_moe.yaml "$@"
+  exit
+fi
 [ -f "$out/init/config.json" ] || python -m megarl.cli init-model --shape tiny --out "$out/init"
 [ -f "$out/sft/hf/config.json" ] || run sft --recipe recipes/tiny_cpu_sft.yaml
 if [ "$algorithm" = rlhf ]; then

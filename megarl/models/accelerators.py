@@ -19,6 +19,13 @@ def transformer_engine_available() -> bool:
     return importlib.util.find_spec("transformer_engine") is not None
 
 
+def moe_token_dispatcher() -> str:
+    """megatron's token dispatcher for a mixture-of-experts layer: all-to-all on GPUs; on CPU all-gather (megatron's
+    all-to-all one makes a CUDA stream when it is built), which needs as many tokens on every rank of its tensor ×
+    expert-parallel group (megarl/models/packing.py pads to that)."""
+    return "alltoall" if torch.cuda.is_available() else "allgather"
+
+
 def uses_transformer_engine(transformer_impl: str) -> bool:
     """Whether a role's `megatron.transformer_impl` builds Transformer Engine's layers: only when it names them.
     `auto` is the local spec wherever TE is installed too, until TE's path has been verified on GPUs."""

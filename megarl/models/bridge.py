@@ -27,7 +27,7 @@ from safetensors import safe_open
 from transformers import AutoConfig
 
 from megarl.models import fallbacks
-from megarl.models.accelerators import uses_transformer_engine
+from megarl.models.accelerators import moe_token_dispatcher, uses_transformer_engine
 from megarl.models.hf_names import (EMBEDDING, LM_HEAD, OUTPUT_LAYER, VALUE_HEAD_NAME, expert_numbered_globally,
                                     hf_names)
 from megarl.models.lora import Adapter, is_adapter
@@ -184,11 +184,12 @@ class Qwen3Moe(MegarlBridge, Qwen3MoEBridge):
 
 
 def _dispatcher(pp: int) -> dict:
-    """megatron's all-to-all token dispatcher makes a CUDA stream when it is built; on CPU the all-gather one, which
-    megatron allows only where micro-batches need not tell the next pipeline stage their lengths (no PP)."""
-    if torch.cuda.is_available():
-        return {"moe_token_dispatcher_type": "alltoall"}
-    return {"moe_token_dispatcher_type": "allgather", "variable_seq_lengths": pp > 1}
+    """The token dispatcher (accelerators.moe_token_dispatcher); megatron allows the all-gather one only where
+    micro-batches need not tell the next pipeline stage their lengths (no PP)."""
+    dispatcher = moe_token_dispatcher()
+    if dispatcher == "alltoall":
+        return {"moe_token_dispatcher_type": dispatcher}
+    return {"moe_token_dispatcher_type": dispatcher, "variable_seq_lengths": pp > 1}
 
 
 BRIDGES = {"qwen2": Qwen2, "qwen3": Qwen3, "qwen3_moe": Qwen3Moe, "llama": Llama}  # keyed by HF's model_type

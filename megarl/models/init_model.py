@@ -47,6 +47,14 @@ def write_model(shape: str, out: str | Path, seed: int = 0, dtype: torch.dtype =
     return out
 
 
+def tiny_moe(experts: int) -> dict:
+    """The tiny shape's config values that make it a Qwen3-MoE: every layer's MLP `experts` experts of the dense
+    MLP's width, 2 routed per token."""
+    return dict(model_type="qwen3_moe", num_experts=experts, num_experts_per_tok=2,
+                moe_intermediate_size=SHAPES["tiny"]["intermediate_size"], norm_topk_prob=True, mlp_only_layers=[],
+                decoder_sparse_step=1, tie_word_embeddings=False)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="megarl init-model", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -58,10 +66,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="where the weights are drawn, e.g. cuda (much faster)")
     parser.add_argument("--task", choices=TINY_TASKS, default="arithmetic",
                         help="the bundled task the tiny shape's tokenizer is made for (products: the tools recipe)")
+    parser.add_argument("--experts", type=int, default=0,
+                        help="the tiny shape as a Qwen3-MoE of this many experts (2 routed per token)")
     args = parser.parse_args(argv)
     if args.task != "arithmetic" and args.shape != "tiny":
         parser.error("--task chooses the tiny shape's tokenizer; the other shapes have one of their own")
+    if args.experts and (args.shape != "tiny" or args.experts < 2):
+        parser.error("--experts makes the tiny shape a mixture of experts: --shape tiny and at least 2 experts")
     overrides = {"num_hidden_layers": args.layers} if args.layers else {}
+    if args.experts:
+        overrides.update(tiny_moe(args.experts))
     out = write_model(args.shape, args.out, args.seed, getattr(torch, args.dtype), args.device, args.task,
                       **overrides)
     print(f"wrote a random-weight {args.shape} checkpoint to {out}")

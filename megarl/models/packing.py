@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
+import torch.distributed as dist
 from megatron.core import parallel_state
 from megatron.core.packed_seq_params import PackedSeqParams
 
-from megarl.models.accelerators import transformer_engine_available
+from megarl.models.accelerators import moe_token_dispatcher, transformer_engine_available
 
 
 @dataclass
@@ -93,21 +94,26 @@ def pack_sequences(
     cp_rank: int = 0,
     device=None,
     token_fields: dict[str, list[torch.Tensor]] | None = None,
+    total: int | None = None,
 ) -> PackedBatch:
     """Pack samples (1-D token ids) into one THD row for this CP rank, on `device` (default: the host).
 
     `token_fields` are per-sample tensors over next-token positions (length L−1 for a sample of length L,
-    like `labels`: advantages, old log-probs, masks); they are packed and split the same way, zero-padded."""
+    like `labels`: advantages, old log-probs, masks); they are packed and split the same way, zero-padded.
+    `total`: the row's padded tokens, the last sample's padding made longer to reach it (after every real token, so
+    no output changes)."""
     if not sequences:
         raise ValueError("cannot pack an empty list of sequences")
     token_fields = token_fields or {}
     multiple = 2 * cp_size if cp_size > 1 else 1
-    ids_parts, label_parts, lengths, padded_lengths = [], [], [], []
+    padded_lengths = [-(-len(seq) // multiple) * multiple for seq in sequences]
+    if total is not None:
+        padded_lengths[-1] += total - sum(padded_lengths)
+    ids_parts, label_parts, lengths = [], [], []
     field_parts: dict[str, list[torch.Tensor]] = {name: [] for name in token_fields}
-    for index, seq in enumerate(sequences):
+    for index, (seq, padded) in enumerate(zip(sequences, padded_lengths)):
         seq = torch.as_tensor(seq, dtype=torch.long, device="cpu")
         length = seq.numel()
-        padded = -(-length // multiple) * multiple
         ids = torch.zeros(padded, dtype=torch.long)
         ids[:length] = seq
         labels = torch.zeros_like(ids)
@@ -122,7 +128,6 @@ def pack_sequences(
             padded_value[: length - 1] = value
             field_parts[name].append(_local_chunks(padded_value, cp_size, cp_rank))
         lengths.append(length)
-        padded_lengths.append(padded)
     return PackedBatch(
         input_ids=to_device(torch.cat(ids_parts).unsqueeze(0), device),
         labels=to_device(torch.cat(label_parts).unsqueeze(0), device),
@@ -172,9 +177,30 @@ def pack_micro_batches(sequences: Sequence, groups: Sequence[Sequence[int]], dev
     `token_fields` as `pack_sequences` takes them, one tensor per sample of `sequences`."""
     cp_size, cp_rank = parallel_state.get_context_parallel_world_size(), parallel_state.get_context_parallel_rank()
     fields = token_fields or {}
+    totals = equal_token_totals(sequences, groups, cp_size)
     return [pack_sequences([sequences[i] for i in group], cp_size, cp_rank, device,
-                           {name: [values[i] for i in group] for name, values in fields.items()})
-            for group in groups]
+                           {name: [values[i] for i in group] for name, values in fields.items()}, total)
+            for group, total in zip(groups, totals)]
+
+
+def equal_token_totals(sequences: Sequence, groups: Sequence[Sequence[int]], cp_size: int) -> list[int | None]:
+    """Each micro-batch's padded tokens where a mixture-of-experts layer's all-gather token dispatcher needs them
+    equal on every rank of its tensor × expert-parallel group (megatron's, on CPU): the group's largest, so
+    every rank runs as many micro-batches of as many tokens. None each elsewhere."""
+    if parallel_state.get_expert_model_parallel_world_size() == 1 or moe_token_dispatcher() != "allgather":
+        return [None] * len(groups)  # the group's tensor-parallel ranks hold the same samples
+    group = parallel_state.get_expert_tensor_and_model_parallel_group()
+    multiple = 2 * cp_size if cp_size > 1 else 1
+    mine = [sum(-(-len(sequences[i]) // multiple) * multiple for i in g) for g in groups]
+    counts = torch.tensor([len(mine), -len(mine)])
+    dist.all_reduce(counts, op=dist.ReduceOp.MAX, group=group)
+    if counts[0] != -counts[1]:
+        raise RuntimeError(f"the ranks of an expert-parallel group run {-int(counts[1])} to {int(counts[0])} "
+                           "micro-batches, but every MoE layer's token exchange needs all of them in each: "
+                           "use_dynamic_bsz=false, or samples that split alike")
+    totals = torch.tensor(mine)
+    dist.all_reduce(totals, op=dist.ReduceOp.MAX, group=group)
+    return totals.tolist()
 
 
 @dataclass(frozen=True)

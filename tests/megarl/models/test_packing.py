@@ -16,6 +16,15 @@ def test_pack_without_cp_has_no_padding():
     assert [t.tolist() for t in batch.unpack(batch.input_ids)] == [[1, 2, 3], [4, 5], [6]]
 
 
+def test_a_row_padded_to_a_total_pads_after_its_last_sample():
+    batch = pack_sequences([[1, 2, 3], [4, 5]], token_fields={"mask": [torch.ones(2), torch.ones(1)]}, total=8)
+    assert batch.input_ids.tolist() == [[1, 2, 3, 4, 5, 0, 0, 0]]
+    assert batch.token_fields["mask"].tolist() == [[1, 1, 0, 1, 0, 0, 0, 0]]
+    params = batch.packed_seq_params
+    assert params.cu_seqlens_q.tolist() == [0, 3, 5] and params.cu_seqlens_q_padded.tolist() == [0, 3, 8]
+    assert [t.tolist() for t in batch.unpack(batch.input_ids)] == [[1, 2, 3], [4, 5]]
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.integers(1, 13), min_size=1, max_size=5), st.sampled_from([2, 3, 4]))
 def test_context_parallel_chunks_reassemble_to_the_full_sequences(lengths, cp):

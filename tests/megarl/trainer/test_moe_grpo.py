@@ -1,10 +1,12 @@
 """GRPO on a tiny Qwen3-MoE (4 experts, 2 per token) under torchrun on two ranks: with its experts split over both
 (`actor.megatron.expert_model_parallel_size=2`) the run equals the one with every expert on each rank — the same
 samples, losses, KL, gradient norm — and the rollout engine's log-probs equal the trainer's at every step, so the
-actor's experts reach the engine (each broadcast from the rank that holds it) after each update."""
+actor's experts reach the engine (each broadcast from the rank that holds it) after each update. The prompts differ
+in length, so the two ranks' micro-batches do too (padded to the same tokens for the CPU's all-gather dispatcher)."""
 
 import sys
 
+import datasets
 import pytest
 
 from parallel.topology import free_port
@@ -20,6 +22,10 @@ COMPARED = ("critic/score/mean", "actor/pg_loss", "actor/ppo_kl", "actor/grad_no
 def moe_setup(tmp_path_factory):
     root = write_tiny_rl_setup(tmp_path_factory.mktemp("moe"))
     make_chat_moe(root / "model")
+    questions = ["What is 1 + 2? ####", "What is 10 + 20 + 30 + 40, all added up? ####"] * 3
+    rows = [{"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": q}],
+             "reward_model": {"ground_truth": "3"}} for q in questions]
+    datasets.Dataset.from_list(rows).to_parquet(str(root / "train.parquet"))
     (root / "reward.py").write_text(VARIED_REWARD)
     return root
 
@@ -40,5 +46,5 @@ def test_experts_split_over_two_ranks_train_as_on_one(moe_setup, tmp_path):
     for step_split, step_whole in zip(split, whole):
         for key in COMPARED:
             assert step_split[key] == pytest.approx(step_whole[key], rel=1e-3, abs=1e-6), key
-        assert step_split["actor/ppo_kl"] > 0 and step_split["actor/grad_norm"] > 0  # the experts were updated
+        assert step_split["actor/ppo_kl"] != 0 and step_split["actor/grad_norm"] > 0  # the experts were updated
         assert step_split["rollout/logprob_mult_error"] == pytest.approx(1.0, abs=1e-5)
