@@ -21,6 +21,17 @@ def test_tiny_model_and_its_tokenizer(tmp_path):
     assert tokenizer.decode(ids) == "#### 19" and max(ids) < model.config.vocab_size
 
 
+def test_the_tiny_shape_as_a_mixture_of_experts(tmp_path, capsys):
+    assert megarl(["init-model", "--shape", "tiny", "--experts", "4", "--out", str(tmp_path / "moe")]) == 0
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "moe")
+    assert model.config.architectures == ["Qwen3MoeForCausalLM"]
+    assert (model.config.num_experts, model.config.num_experts_per_tok) == (4, 2)
+    assert model.model.layers[1].mlp.experts.gate_up_proj.shape[0] == 4  # every layer routes to experts
+    with pytest.raises(SystemExit):
+        megarl(["init-model", "--shape", "qwen3-0.6b", "--experts", "4", "--out", str(tmp_path / "no")])
+    assert "--experts makes the tiny shape a mixture of experts" in capsys.readouterr().err
+
+
 def test_a_real_shape_with_fewer_layers(tmp_path):
     assert megarl(["init-model", "--shape", "qwen3-0.6b", "--layers", "1", "--dtype", "bfloat16",
                    "--out", str(tmp_path / "m")]) == 0
