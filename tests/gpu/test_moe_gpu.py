@@ -3,6 +3,9 @@ split over both GPUs (`actor.megatron.expert_model_parallel_size=2`, megatron's 
 GPU's SGLang engine serving the whole model, every expert streamed to it from the GPU that holds it; the engine's
 log-probs agree with the trainer's each step (rollout/logprob_mult_error, bf16). Skipped on one GPU.
 
+Not passed yet: on an nvidia-h200-x2 at 66de06c the run's SGLang engine died before the first step ended and its
+restart failed (KeyError '/loky-…'), while the same model generated on a standalone SGLang engine there.
+
 Rows for benchmarks/results/ go to $MEGARL_RESULTS_DIR/moe_gpu.json when it is set."""
 
 import sys
@@ -33,7 +36,8 @@ def test_grpo_with_experts_split_over_two_gpus_on_sglang(tmp_path):
            *overrides(root, out, "algorithm.adv_estimator=grpo", f"reward.function={root / 'reward.py'}:compute_score",
                       "trainer.total_training_steps=4", "actor.megatron.expert_model_parallel_size=2",
                       "data.train_batch_size=4", "rollout.n=4", "data.max_response_length=32",
-                      "rollout.max_logprob_mult_error=1.2", *SGLANG)]
+                      "rollout.max_logprob_mult_error=1.2",
+                      "trainer.memory_check=false", *SGLANG)]  # the planner models dense decoders only (#49)
     proc = run_command(cmd, timeout=480, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     steps = read_metrics(out)
