@@ -41,6 +41,10 @@ def check_moe_policy(cfg: MegaRLConfig, problems: list[str], hf: dict) -> None:
     if cfg.actor.lora.rank:
         problems.append(f"actor.lora.rank={cfg.actor.lora.rank}: LoRA on a mixture-of-experts model is not built yet "
                         "(issue #49): set actor.lora.rank=0")
+    if cfg.rollout.name == "sglang" and cfg.rollout.tensor_model_parallel_size > 1:
+        problems.append(f"rollout.tensor_model_parallel_size={cfg.rollout.tensor_model_parallel_size}: SGLang engines "
+                        "of several GPUs do not take a mixture-of-experts model's weights from megarl yet (issue #49): "
+                        "set it to 1")
     if cfg.use_critic and cfg.critic.model.path in (None, cfg.model.path):
         problems.append(f"algorithm.adv_estimator={cfg.algorithm.adv_estimator} trains a critic on the policy's "
                         "mixture-of-experts checkpoint, which megarl does not build yet (issue #49): use grpo, rloo "

@@ -32,6 +32,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # what megarl stops on (megarl/r
 SGLANG_VOCAB_PADDING = 64  # SGLang pads the vocabulary to this multiple before splitting it over TP ranks
 _QKV = re.compile(r"(.*\.self_attn\.)([qkv])_proj\.(weight|bias)$")
 _GATE_UP = re.compile(r"(.*\.mlp\.)(gate|up)_proj\.weight$")
+_EXPERT = re.compile(r".*\.mlp\.experts\.\d+\.")  # a routed expert's tensor, by its checkpoint name
 
 
 def fuse_for_sglang(parts: list) -> list[tuple[str, torch.Tensor]]:
@@ -213,14 +214,23 @@ class SGLangEngine(RolloutEngine):
         if self.is_owner:
             named = [(name, LocalSerializedTensor(values=[rank_parts[i][1] for rank_parts in gathered]))
                      for i, (name, _) in enumerate(mine)]
-            with self._engine_call():
-                success, message = self.engine.update_weights_from_tensor(named, load_format="direct",
-                                                                          flush_cache=False)
-            if not success:
-                raise RuntimeError(f"SGLang refused the weights: {message}")
+            # SGLang holds a layer's experts fused (FusedMoE's w13/w2): its model's own loader places each expert's
+            # whole tensors (one engine rank: config-checked); everything else is copied into place by name.
+            experts = [(name, tensor) for name, tensor in named if _EXPERT.match(name)]
+            for load_format, batch in (("direct", [item for item in named if not _EXPERT.match(item[0])]),
+                                       (None, experts)):
+                if batch:
+                    self._update_weights(batch, load_format)
         if len(self.engine_ranks) > 1:
             dist.barrier(group=self.group)  # the engine has copied every rank's tensors: they may be freed
         self.memory.weights_loaded = True
+
+    def _update_weights(self, named: list, load_format: str | None) -> None:
+        with self._engine_call():
+            success, message = self.engine.update_weights_from_tensor(named, load_format=load_format,
+                                                                      flush_cache=False)
+        if not success:
+            raise RuntimeError(f"SGLang refused the weights: {message}")
 
     def release_memory(self, tags: Sequence[str] = MEMORY_TAGS) -> None:
         super().release_memory(tags)

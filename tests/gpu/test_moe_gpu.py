@@ -4,7 +4,9 @@ GPU's SGLang engine serving the whole model, every expert streamed to it from th
 log-probs agree with the trainer's each step (rollout/logprob_mult_error, bf16). Skipped on one GPU.
 
 Not passed yet: on an nvidia-h200-x2 at 66de06c the run's SGLang engine died before the first step ended and its
-restart failed (KeyError '/loky-…'), while the same model generated on a standalone SGLang engine there.
+restart failed (KeyError '/loky-…'), while the same model generated on a standalone SGLang engine there. The cause
+read since: SGLang's `direct` weight load copies by parameter name, and its FusedMoE layers have no per-expert
+names; the experts now go through the model's own loader (megarl/rollout/sglang_engine.py). Not re-run yet.
 
 Rows for benchmarks/results/ go to $MEGARL_RESULTS_DIR/moe_gpu.json when it is set."""
 

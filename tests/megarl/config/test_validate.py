@@ -349,6 +349,8 @@ def test_the_agent_loop_is_checked_before_the_run(tmp_path):
     (["actor.megatron.expert_model_parallel_size=4"],
      "actor.megatron.expert_model_parallel_size=4 × tensor × pipeline parallel = 4 must divide the role's 2 GPUs"),
     (["actor.lora.rank=8"], "actor.lora.rank=8: LoRA on a mixture-of-experts model is not built yet"),
+    (["rollout.name=sglang", "rollout.tensor_model_parallel_size=2", "actor.megatron.tensor_model_parallel_size=2"],
+     "rollout.tensor_model_parallel_size=2: SGLang engines of several GPUs do not take a mixture-of-experts"),
     (["algorithm.adv_estimator=gae"], "algorithm.adv_estimator=gae trains a critic on the policy's mixture-of-experts "
                                       "checkpoint"),
 ])
