@@ -18,6 +18,13 @@ def check_experts(problems: list[str], role: str, megatron: MegatronConfig, hf: 
                   world: int) -> None:
     """`role`'s expert parallelism against its model (`hf`, read from `where`) and its pool's `world` GPUs."""
     ep, experts = megatron.expert_model_parallel_size, experts_of(hf)
+    for name in ("moe_aux_loss_coeff", "moe_z_loss_coeff"):
+        coeff = getattr(megatron, name)
+        if not (coeff >= 0 and coeff != float("inf")):
+            problems.append(f"{role}.megatron.{name}={coeff} must be a finite number ≥ 0 (0: off)")
+        elif coeff and not experts:
+            problems.append(f"{role}.megatron.{name}={coeff} weighs a mixture-of-experts router's loss, but {where} "
+                            "is a dense model: set it to 0")
     key = f"{role}.megatron.expert_model_parallel_size"
     if ep < 1:
         return  # megatron_sizes' problem

@@ -53,6 +53,10 @@ class MegatronConfig:
     # num_experts / EP of them; tokens travel to their experts' ranks). The experts' tensor parallelism is the
     # layers' (megatron's default expert_tensor_parallel_size).
     expert_model_parallel_size: int = 1
+    # A mixture-of-experts model's router losses, added to the update's (megatron's; verl sets them under
+    # megatron.override_transformer_config): the load-balancing loss's weight and the router z-loss's (0: off).
+    moe_aux_loss_coeff: float = 0.0
+    moe_z_loss_coeff: float = 0.0
     # What leaves the GPU between the role's own calls (parallel/offload.py; docs/memory.md has the costs):
     param_offload: bool = False  # the weights, to pinned host memory
     grad_offload: bool = False  # the gradient buffers (freed; the next update starts from zero anyway)

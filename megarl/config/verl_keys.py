@@ -199,6 +199,9 @@ VERL_KEYS: dict[str, Port] = {
     "critic.grad_clip": to("critic.optim.clip_grad"),
     "actor_rollout_ref.actor.megatron.override_transformer_config.recompute_granularity": to(
         "actor.megatron.recompute_granularity", "full or selective"),
+    **{f"actor_rollout_ref.actor.megatron.override_transformer_config.{name}": to(
+        f"actor.megatron.{name}", "a mixture-of-experts router's loss weight") for name in ("moe_aux_loss_coeff",
+                                                                                          "moe_z_loss_coeff")},
     "actor_rollout_ref.actor.megatron.override_ddp_config.grad_reduce_in_fp32": to(
         "actor.megatron.grad_reduce_in_fp32", "the gradient buffers' dtype: true float32, false the weights' bf16"),
     "critic.megatron.override_ddp_config.grad_reduce_in_fp32": to("critic.megatron.grad_reduce_in_fp32"),

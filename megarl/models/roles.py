@@ -136,9 +136,20 @@ def global_name(module, name: str) -> str:
     return name
 
 
+def router_losses(megatron: MegatronConfig) -> dict:
+    """megatron's settings for the router's load-balancing and z losses a recipe asks for (none: a model's routers
+    train by the policy's loss alone)."""
+    args: dict = {}
+    if megatron.moe_aux_loss_coeff:
+        args.update(moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=megatron.moe_aux_loss_coeff)
+    if megatron.moe_z_loss_coeff:
+        args["moe_z_loss_coeff"] = megatron.moe_z_loss_coeff
+    return args
+
+
 def _build(hf_path, megatron: MegatronConfig, *, trainable: bool, value_head: bool, bf16: bool,
            load_weights: bool = True, lora: LoRAConfig | None = None):
-    config_args = {}
+    config_args = router_losses(megatron)
     if megatron.recompute_granularity is not None:
         config_args["recompute_granularity"] = megatron.recompute_granularity
         if megatron.recompute_granularity == "full":

@@ -349,6 +349,7 @@ def test_the_agent_loop_is_checked_before_the_run(tmp_path):
     (["actor.megatron.expert_model_parallel_size=4"],
      "actor.megatron.expert_model_parallel_size=4 × tensor × pipeline parallel = 4 must divide the role's 2 GPUs"),
     (["actor.lora.rank=8"], "actor.lora.rank=8: LoRA on a mixture-of-experts model is not built yet"),
+    (["actor.megatron.moe_aux_loss_coeff=-1"], "actor.megatron.moe_aux_loss_coeff=-1.0 must be a finite number ≥ 0"),
     (["rollout.name=sglang", "rollout.tensor_model_parallel_size=2", "actor.megatron.tensor_model_parallel_size=2"],
      "rollout.tensor_model_parallel_size=2: SGLang engines of several GPUs do not take a mixture-of-experts"),
     (["algorithm.adv_estimator=gae"], "algorithm.adv_estimator=gae trains a critic on the policy's mixture-of-experts "
@@ -364,10 +365,14 @@ def test_a_mixture_of_experts_recipe_is_checked_against_its_experts(tmp_path, ov
     load_config(overrides=[*grpo, "actor.megatron.expert_model_parallel_size=2"])
 
 
-def test_expert_parallelism_needs_experts(tmp_path):
+def test_expert_settings_need_experts(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2", "num_attention_heads": 4,
                                                       "num_key_value_heads": 2, "num_hidden_layers": 2}))
     assert one_problem(f"model.path={tmp_path}", "trainer.n_gpus_per_node=2", "algorithm.adv_estimator=grpo",
                        "rollout.n=2", "actor.megatron.expert_model_parallel_size=2") == (
         f"actor.megatron.expert_model_parallel_size=2 splits a mixture-of-experts model's experts, but "
         f"{tmp_path}/config.json is a dense model: set it to 1")
+    assert one_problem(f"model.path={tmp_path}", "algorithm.adv_estimator=grpo", "rollout.n=2",
+                       "actor.megatron.moe_z_loss_coeff=0.1") == (
+        f"actor.megatron.moe_z_loss_coeff=0.1 weighs a mixture-of-experts router's loss, but {tmp_path}/config.json "
+        "is a dense model: set it to 0")

@@ -2,7 +2,9 @@
 (`actor.megatron.expert_model_parallel_size=2`) the run equals the one with every expert on each rank — the same
 samples, losses, KL, gradient norm — and the rollout engine's log-probs equal the trainer's at every step, so the
 actor's experts reach the engine (each broadcast from the rank that holds it) after each update. The prompts differ
-in length, so the two ranks' micro-batches do too (padded to the same tokens for the CPU's all-gather dispatcher)."""
+in length, so the two ranks' micro-batches do too (padded to the same tokens for the CPU's all-gather dispatcher).
+The router's load-balancing and z losses (`moe_aux_loss_coeff`, `moe_z_loss_coeff`) change the first step's
+gradients from the same samples."""
 
 import sys
 
@@ -30,21 +32,33 @@ def moe_setup(tmp_path_factory):
     return root
 
 
-def grpo(setup, out, ep: int) -> list[dict]:
+def grpo(setup, out, ep: int, *extra: str) -> list[dict]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
            "-m", "megarl.train",
            *overrides(setup, out, "algorithm.adv_estimator=grpo", f"reward.function={setup / 'reward.py'}:compute_score",
-                      "trainer.total_training_steps=3", f"actor.megatron.expert_model_parallel_size={ep}")]
+                      "trainer.total_training_steps=3", f"actor.megatron.expert_model_parallel_size={ep}", *extra)]
     proc = run_command(cmd, timeout=480)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-5000:]
     return read_metrics(out)
 
 
-def test_experts_split_over_two_ranks_train_as_on_one(moe_setup, tmp_path):
-    split, whole = grpo(moe_setup, tmp_path / "ep2", 2), grpo(moe_setup, tmp_path / "ep1", 1)
+@pytest.fixture(scope="module")
+def split(moe_setup, tmp_path_factory):
+    return grpo(moe_setup, tmp_path_factory.mktemp("ep2"), 2)
+
+
+def test_experts_split_over_two_ranks_train_as_on_one(moe_setup, split, tmp_path):
+    whole = grpo(moe_setup, tmp_path / "ep1", 1)
     assert len(split) == len(whole) == 3
     for step_split, step_whole in zip(split, whole):
         for key in COMPARED:
             assert step_split[key] == pytest.approx(step_whole[key], rel=1e-3, abs=1e-6), key
         assert step_split["actor/ppo_kl"] != 0 and step_split["actor/grad_norm"] > 0  # the experts were updated
         assert step_split["rollout/logprob_mult_error"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_the_routers_losses_join_the_update(moe_setup, split, tmp_path):
+    losses = grpo(moe_setup, tmp_path / "losses", 2, "trainer.total_training_steps=1",
+                  "actor.megatron.moe_aux_loss_coeff=0.5", "actor.megatron.moe_z_loss_coeff=0.1")
+    assert losses[0]["critic/score/mean"] == split[0]["critic/score/mean"]  # the same samples
+    assert losses[0]["actor/grad_norm"] != pytest.approx(split[0]["actor/grad_norm"], rel=1e-3)
