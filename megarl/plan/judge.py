@@ -4,7 +4,8 @@ checkpoint of its own, planned by the rule megarl/plan/phases.py applies to the 
 Beside the actor it starts before the rollout engine and releases its KV cache at once: its weights and the released
 engine's footprint stay in every phase (and are gone from what the rollout engine finds free when it starts), and
 its KV cache comes back for the judge's pass, which runs while the rollout engine still holds its own (within
-generation where it judges each response as it finishes, MegaRLConfig.judge_streams). On GPUs of its own (`reward.judge.enable_resource_pool`) it shares its GPU with its worker process alone and keeps its KV cache.
+generation where it judges each response as it finishes, MegaRLConfig.judge_streams). On GPUs of its own
+(`reward.judge.enable_resource_pool`) it shares its GPU with its worker process alone and keeps its KV cache.
 """
 
 from __future__ import annotations

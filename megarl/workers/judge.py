@@ -14,8 +14,8 @@ from typing import Iterator, NamedTuple, Optional, Sequence
 import torch
 import torch.distributed as dist
 
-from megarl.columns import (EXTRA_INFO, JUDGE_AFTER_GEN_S, JUDGE_OUTPUT, JUDGE_PARSED, JUDGE_PROMPT, JUDGE_SCORES, RAW_PROMPT,
-                            RESPONSE_MASK, RESPONSES, REWARD_MODEL, response_lengths, stage)
+from megarl.columns import (EXTRA_INFO, JUDGE_AFTER_GEN_S, JUDGE_OUTPUT, JUDGE_PARSED, JUDGE_PROMPT, JUDGE_SCORES,
+                            RAW_PROMPT, RESPONSE_MASK, RESPONSES, REWARD_MODEL, response_lengths, stage)
 from megarl.config.schema import JudgeConfig
 from megarl.models.bridge import load_hf_config
 from megarl.models.tokenizer import load_tokenizer

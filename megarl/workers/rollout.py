@@ -17,7 +17,8 @@ import torch.distributed as dist
 
 from megarl.agent import AgentLoop, ToolContext, build_tools
 from megarl.columns import (AGENT_STATS, DATA_SOURCE, EXTRA_INFO, FINISH_REASON, JUDGE_AFTER_GEN_S, PROMPT_IDS,
-                            RAW_PROMPT, RESPONSE_MASK, RESPONSES, REWARD_MODEL, REWARD_OUTCOME, ROLLOUT_LOG_PROBS, stage)
+                            RAW_PROMPT, RESPONSE_MASK, RESPONSES, REWARD_MODEL, REWARD_OUTCOME, ROLLOUT_LOG_PROBS,
+                            stage)
 from megarl.models.bridge import load_hf_config
 from megarl.models.to_hf import hf_converter
 from megarl.models.tokenizer import load_tokenizer
@@ -162,8 +163,8 @@ class RolloutWorker(Worker):
 
 class ColocatedRolloutWorker(RolloutWorker):
     """Beside the actor (its role in this process, spawned with the actor's handle, and the judge's where the judge
-    streams): its engine ranks follow the actor's tensor-parallel groups, and the engine gives its memory to training between generations (`release`,
-    `resume`)."""
+    streams): its engine ranks follow the actor's tensor-parallel groups, and the engine gives its memory to
+    training between generations (`release`, `resume`)."""
 
     def __init__(self, inputs: RolloutInputs, actor: ActorWorker, judge: JudgeWorker | None = None):
         super().__init__(inputs, inputs.train_tp, judge)

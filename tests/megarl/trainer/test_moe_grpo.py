@@ -35,8 +35,9 @@ def moe_setup(tmp_path_factory):
 def grpo(setup, out, ep: int, *extra: str) -> list[dict]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
            "-m", "megarl.train",
-           *overrides(setup, out, "algorithm.adv_estimator=grpo", f"reward.function={setup / 'reward.py'}:compute_score",
-                      "trainer.total_training_steps=3", f"actor.megatron.expert_model_parallel_size={ep}", *extra)]
+           *overrides(setup, out, "algorithm.adv_estimator=grpo",
+                      f"reward.function={setup / 'reward.py'}:compute_score", "trainer.total_training_steps=3",
+                      f"actor.megatron.expert_model_parallel_size={ep}", *extra)]
     proc = run_command(cmd, timeout=480)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-5000:]
     return read_metrics(out)
