@@ -23,9 +23,9 @@ _DONE = object()
 
 
 class BatchingStream(Generic[Item, Result]):
-    """`submit` items as they arrive, then `results()` once every one is in: one per index, in index order (None at
-    an index never submitted), and `done_at()`: when each result came (time.perf_counter). `work` maps the items
-    waiting to their results, in order. Used as a context, it ends its thread however the generation ended."""
+    """`put` items as they arrive, then `results()` once every one is in: one per index, in index order (None at an
+    index never put), and `done_at()`: when each result came (time.perf_counter). `work` maps the items waiting to
+    their results, in order. Used as a context, it ends its thread however the generation ended."""
 
     def __init__(self, work: Callable[[list[Item]], Sequence[Result]], count: int, name: str):
         self.work = work
@@ -42,7 +42,7 @@ class BatchingStream(Generic[Item, Result]):
     def __exit__(self, *exc) -> None:
         self._finish()
 
-    def submit(self, index: int, item: Item) -> None:
+    def put(self, index: int, item: Item) -> None:
         self.waiting.put((index, item))
 
     def results(self) -> list[Optional[Result]]:
@@ -89,7 +89,7 @@ class StreamingScorer(BatchingStream[Any, Outcome]):
 
     def submit(self, index: int, response_ids: Sequence[int], data_source: str, ground_truth: Any,
                extra_info: dict | None) -> None:
-        super().submit(index, self.scorer.sample(response_ids, data_source, ground_truth, extra_info))
+        self.put(index, self.scorer.sample(response_ids, data_source, ground_truth, extra_info))
 
     def outcomes(self) -> list[Optional[Outcome]]:
         """Waits for the samples submitted so far; a failure of the scoring itself (an unknown data_source, a reward

@@ -93,20 +93,16 @@ class StepSampler:
                 rm_scores = self.reward_model.compute_rm_score(batch)[RM_SCORES]
             model_scores[RM_SCORES] = (rm_scores, self.reward.model.weight)
         if self.judge is not None:
-            judged = batch if self.judge_streams else self._judged(batch, phase)
-            stages.check_judged(judged, self.reward.judge)
-            model_scores[JUDGE_SCORES] = (judged[JUDGE_SCORES], self.reward.judge.weight)
-            batch = batch.union(judged)
+            if not self.judge_streams:  # else each response was judged as it finished, within generation
+                with phase("judge"):
+                    batch = batch.union(self.judge.judge(batch))
+            stages.check_judged(batch, self.reward.judge)
+            model_scores[JUDGE_SCORES] = (batch[JUDGE_SCORES], self.reward.judge.weight)
         if by_models:
             scored = stages.add_model_scores(scored, model_scores, batch[RESPONSE_MASK], self.reward.rule_weight)
         if self.overlong.enable:
             scored = stages.shape_overlong(scored, batch[RESPONSE_MASK], self.overlong, self.max_response_length)
         return batch.union(scored), metrics
-
-    def _judged(self, batch: Batch, phase: Phase) -> Batch:
-        """The judge's pass over the generated batch (where it does not judge each response as it finishes)."""
-        with phase("judge"):
-            return self.judge.judge(batch)
 
     @stage(reads=(UID, TOKEN_LEVEL_SCORES), reads_if_present=(ACC,))
     def signal_groups(self, batch: Batch) -> list[str]:

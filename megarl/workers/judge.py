@@ -112,17 +112,18 @@ class StreamingJudge(BatchingStream[tuple, Verdict]):
         self.unparsed_score = judge.config.unparsed_score
 
     def submit(self, index: int, raw_prompt, response_ids: Sequence[int], truth, extra: dict | None) -> None:
-        super().submit(index, (raw_prompt, response_ids, truth, extra))
+        self.put(index, (raw_prompt, response_ids, truth, extra))
 
     def judged(self, generated_at: float) -> Batch:
         """Every response's verdict, and how long after `generated_at` (the engine's last response) it came."""
         verdicts, done_at = self.results(), self.done_at()
-        missing = [index for index, verdict in enumerate(verdicts) if verdict is None]
-        if missing:
+        came = [(verdict, at) for verdict, at in zip(verdicts, done_at) if verdict is not None and at is not None]
+        if len(came) < len(verdicts):
+            missing = [index for index, verdict in enumerate(verdicts) if verdict is None]
             raise RuntimeError(f"the judge got no response at {missing[:5]} of {len(verdicts)}: the engine reported "
                                "fewer responses than it returned")
-        after = torch.tensor([max(0.0, at - generated_at) for at in done_at], dtype=torch.float32)
-        return judged(verdicts, self.unparsed_score).union(Batch({JUDGE_AFTER_GEN_S: after}))
+        after = torch.tensor([max(0.0, at - generated_at) for _, at in came], dtype=torch.float32)
+        return judged([verdict for verdict, _ in came], self.unparsed_score).union(Batch({JUDGE_AFTER_GEN_S: after}))
 
 
 class JudgeWorker(Worker):
