@@ -29,8 +29,8 @@ class BatchingStream(Generic[Item, Result]):
 
     def __init__(self, work: Callable[[list[Item]], Sequence[Result]], count: int, name: str):
         self.work = work
-        self.results_: list[Optional[Result]] = [None] * count
-        self.done_at_: list[Optional[float]] = [None] * count
+        self._results: list[Optional[Result]] = [None] * count
+        self._done_at: list[Optional[float]] = [None] * count
         self.failure: Optional[BaseException] = None
         self.waiting: queue.Queue = queue.Queue()
         self.thread = threading.Thread(target=self._run, name=f"megarl-streaming-{name}", daemon=True)
@@ -50,11 +50,15 @@ class BatchingStream(Generic[Item, Result]):
         self._finish()
         if self.failure is not None:
             raise self.failure
-        return self.results_
+        return self._results
 
     def done_at(self) -> list[Optional[float]]:
         self.results()
-        return self.done_at_
+        return self._done_at
+
+    def has_result(self, index: int) -> bool:
+        """Whether the item at `index` has its result already (without waiting for the others)."""
+        return self._done_at[index] is not None
 
     def _finish(self) -> None:
         if self.thread.is_alive():
@@ -72,7 +76,7 @@ class BatchingStream(Generic[Item, Result]):
                     results = self.work([item for _, item in work])
                     now = time.perf_counter()
                     for (index, _), result in zip(work, results, strict=True):
-                        self.results_[index], self.done_at_[index] = result, now
+                        self._results[index], self._done_at[index] = result, now
                 except BaseException as e:  # raised to the caller by results()
                     self.failure = e
             if len(work) < len(taken):

@@ -105,7 +105,7 @@ def test_a_streaming_judge_gives_each_verdict_while_later_responses_are_still_to
             stream.submit(row, batch[RAW_PROMPT][row], batch[RESPONSES][row, :length].tolist(), truths[row],
                           {"level": ("easy", "easy", "hard")[row]})
             deadline = time.monotonic() + 60
-            while stream.done_at_[row] is None:
+            while not stream.has_result(row):
                 assert time.monotonic() < deadline, f"no verdict on response {row} while generation went on"
                 time.sleep(0.01)
         out = stream.judged(generated_at=time.perf_counter())
