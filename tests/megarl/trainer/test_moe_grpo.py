@@ -6,6 +6,7 @@ in length, so the two ranks' micro-batches do too (padded to the same tokens for
 The router's load-balancing and z losses (`moe_aux_loss_coeff`, `moe_z_loss_coeff`) change the first step's
 gradients from the same samples."""
 
+import re
 import sys
 
 import datasets
@@ -40,16 +41,31 @@ def grpo(setup, out, ep: int, *extra: str) -> list[dict]:
                       f"actor.megatron.expert_model_parallel_size={ep}", *extra)]
     proc = run_command(cmd, timeout=480)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-5000:]
+    (out / "console.txt").write_text(proc.stdout)
     return read_metrics(out)
 
 
+def rank_parameters(out) -> int:
+    """The parameters megatron reports on rank 0 of the run at `out`."""
+    return int(re.search(r"number of parameters on \(tensor, pipeline\) model parallel rank \(0, 0\): (\d+)",
+                         (out / "console.txt").read_text()).group(1))
+
+
 @pytest.fixture(scope="module")
-def split(moe_setup, tmp_path_factory):
-    return grpo(moe_setup, tmp_path_factory.mktemp("ep2"), 2)
+def split_run(moe_setup, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ep2")
+    return out, grpo(moe_setup, out, 2)
 
 
-def test_experts_split_over_two_ranks_train_as_on_one(moe_setup, split, tmp_path):
+@pytest.fixture(scope="module")
+def split(split_run):
+    return split_run[1]
+
+
+def test_experts_split_over_two_ranks_train_as_on_one(moe_setup, split_run, split, tmp_path):
     whole = grpo(moe_setup, tmp_path / "ep1", 1)
+    # Each rank holds half the experts: 2 layers × 2 experts × (gate, up and down of 64 × 32) fewer parameters.
+    assert rank_parameters(tmp_path / "ep1") - rank_parameters(split_run[0]) == 2 * 2 * 3 * 64 * 32
     assert len(split) == len(whole) == 3
     for step_split, step_whole in zip(split, whole):
         for key in COMPARED:
