@@ -5,13 +5,7 @@ from __future__ import annotations
 
 from megarl.config.schema import MegaRLConfig, MegatronConfig
 from megarl.config.ranges import divisors
-
-
-def experts_of(hf: dict | None) -> int:
-    """The routed experts of a HF config.json (0: a dense model): `num_experts` in the hub's Qwen3-MoE files,
-    `num_local_experts` where transformers 5 wrote it."""
-    hf = hf or {}
-    return int(hf.get("num_experts") or hf.get("num_local_experts") or 0)
+from megarl.models.shapes import experts_of
 
 
 def check_experts(problems: list[str], role: str, megatron: MegatronConfig, hf: dict, where: str,

@@ -29,7 +29,7 @@ from transformers import AutoConfig
 from megarl.models import fallbacks
 from megarl.models.accelerators import moe_token_dispatcher, uses_transformer_engine
 from megarl.models.hf_names import (EMBEDDING, LM_HEAD, OUTPUT_LAYER, VALUE_HEAD_NAME, expert_numbered_globally,
-                                    hf_names)
+                                    hf_expert, hf_names)
 from megarl.models.lora import Adapter, is_adapter
 from megarl.models.spec import layer_spec
 
@@ -44,7 +44,6 @@ LOCAL_SPEC_ARGS = dict(
 
 # megatron's own fused SwiGLU and bias-dropout-add kernels need only CUDA.
 CUDA_FUSIONS = dict(bias_activation_fusion=True, bias_dropout_fusion=True)
-_HF_EXPERT = re.compile(r"(model\.layers\.\d+\.mlp\.experts\.)(\d+)(\..+)")
 
 
 def read_hf_tensors(path: str | Path, names: list[str] | None = None) -> dict[str, torch.Tensor]:
@@ -172,15 +171,16 @@ class Qwen3Moe(MegarlBridge, Qwen3MoEBridge):
         grouped-GEMM experts): every rank yields every expert, under its global number."""
         ep = self.mpu.ep_size
         for name, tensor in super().export_weights(models):
-            expert = _HF_EXPERT.fullmatch(name)
+            expert = hf_expert(name)
             if ep == 1 or expert is None:
                 yield name, tensor
                 continue
             gathered = [torch.empty_like(tensor) for _ in range(ep)]
             torch.distributed.all_gather(gathered, tensor.contiguous(), group=self.mpu.ep_group)
-            per_rank, local = self.config.num_moe_experts // ep, int(expert.group(2))
+            experts, local, rest = expert
+            per_rank = self.config.num_moe_experts // ep
             for rank, part in enumerate(gathered):
-                yield f"{expert.group(1)}{local + rank * per_rank}{expert.group(3)}", part
+                yield f"{experts}.{local + rank * per_rank}.{rest}", part
 
 
 def _dispatcher(pp: int) -> dict:

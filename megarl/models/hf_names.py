@@ -52,6 +52,17 @@ _LAYER = re.compile(r"decoder\.layers\.(\d+)\.(.+)")
 _LOCAL_EXPERT = re.compile(r"\.local_experts\.(\d+)\.")
 
 
+# A routed expert's tensor as HF checkpoints name it: its layer's experts, its number, the rest of the name.
+_HF_EXPERT = re.compile(r"(model\.layers\.\d+\.mlp\.experts)\.(\d+)\.(.+)")
+
+
+def hf_expert(name: str) -> tuple[str, int, str] | None:
+    """HF tensor `name` split as (`model.layers.L.mlp.experts`, expert number, e.g. `gate_proj.weight`); None for a
+    tensor of no expert."""
+    match = _HF_EXPERT.fullmatch(name)
+    return None if match is None else (match.group(1), int(match.group(2)), match.group(3))
+
+
 def is_expert(name: str) -> bool:
     """Whether megatron parameter `name` is a routed expert's (split over the expert-parallel ranks)."""
     return _LOCAL_EXPERT.search(name) is not None

@@ -5,6 +5,7 @@ check that a tensor-parallel size splits a model's attention heads, for the conf
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Mapping
 
 import torch
 
@@ -55,6 +56,14 @@ def heads_split_problem(tp: int, kv_heads: int, heads: int | None = None) -> str
         return None
     named = f"{heads} attention heads and {kv_heads} key/value heads" if heads else f"{kv_heads} key/value heads"
     return f"must divide the model's {named}"
+
+
+def experts_of(config: Mapping[str, Any] | None) -> int:
+    """The routed experts of a HF config.json (0: a dense model): `num_experts` in the hub's Qwen3-MoE files,
+    `num_local_experts` where transformers 5 wrote it."""
+    if not config:
+        return 0
+    return int(config.get("num_experts") or config.get("num_local_experts") or 0)
 
 
 def hf_config(shape: str, **overrides):

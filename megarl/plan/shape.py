@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from megarl.config import ConfigError
-from megarl.models.shapes import SHAPES
+from megarl.models.shapes import SHAPES, experts_of
 
 # Per-family structure that config.json does not spell out: Qwen2's attention has QKV biases, Qwen3 normalises
 # each query and key head (q_norm, k_norm: head_dim weights each). Other families (Llama) have neither.
@@ -41,7 +41,7 @@ class ModelShape:
         missing = [key for key in REQUIRED_KEYS if key not in config]
         if missing:
             raise ConfigError(f"{where} lacks {', '.join(missing)}: the memory plan needs a decoder's full config.json")
-        if config.get("num_experts") or config.get("num_local_experts"):
+        if experts_of(config):
             raise ConfigError(f"{where} is a mixture-of-experts model: the memory plan models dense decoders only")
         model_type = config.get("model_type", "")
         heads = config["num_attention_heads"]

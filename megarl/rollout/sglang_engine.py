@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 import torch.distributed as dist
 
+from megarl.models.hf_names import hf_expert
 from megarl.models.shapes import heads_split_problem
 from megarl.rollout.base import (KV_CACHE, MEMORY_TAGS, ROLLOUT_BACKENDS, EngineDied, OnResponse, Response,
                                  RolloutEngine, SamplingParams)
@@ -32,7 +33,6 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # what megarl stops on (megarl/r
 SGLANG_VOCAB_PADDING = 64  # SGLang pads the vocabulary to this multiple before splitting it over TP ranks
 _QKV = re.compile(r"(.*\.self_attn\.)([qkv])_proj\.(weight|bias)$")
 _GATE_UP = re.compile(r"(.*\.mlp\.)(gate|up)_proj\.weight$")
-_EXPERT = re.compile(r".*\.mlp\.experts\.\d+\.")  # a routed expert's tensor, by its checkpoint name
 
 
 def fuse_for_sglang(parts: list) -> list[tuple[str, torch.Tensor]]:
@@ -216,9 +216,10 @@ class SGLangEngine(RolloutEngine):
                      for i, (name, _) in enumerate(mine)]
             # SGLang holds a layer's experts fused (FusedMoE's w13/w2): its model's own loader places each expert's
             # whole tensors (one engine rank: config-checked); everything else is copied into place by name.
-            experts = [(name, tensor) for name, tensor in named if _EXPERT.match(name)]
-            for load_format, batch in (("direct", [item for item in named if not _EXPERT.match(item[0])]),
-                                       (None, experts)):
+            by_loader: dict[str | None, list] = {"direct": [], None: []}
+            for name, tensor in named:
+                by_loader[None if hf_expert(name) else "direct"].append((name, tensor))
+            for load_format, batch in by_loader.items():
                 if batch:
                     self._update_weights(batch, load_format)
         if len(self.engine_ranks) > 1:

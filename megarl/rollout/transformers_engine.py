@@ -5,33 +5,29 @@ with no padding, so positions and log-probs are exactly the unpadded sequence's.
 
 from __future__ import annotations
 
-import re
 from typing import Sequence
 
 import torch
 import torch.distributed as dist
 
+from megarl.models.hf_names import hf_expert
 from megarl.rollout.base import (KV_CACHE, ROLLOUT_BACKENDS, WEIGHTS, OnResponse, Response, RolloutEngine,
                                  SamplingParams)
 
 
-# An expert's tensor as checkpoints name it; transformers 5 holds a layer's experts fused ([E, 2I, H] gate and up, [E,
-# H, I] down), as its own checkpoint loading makes them.
-_HF_EXPERT = re.compile(r"(model\.layers\.\d+\.mlp\.experts)\.(\d+)\.(gate|up|down)_proj\.weight")
-
-
 def model_tensor(params: dict[str, torch.Tensor], name: str) -> torch.Tensor:
-    """The model's tensor (or the view into its fused experts) that checkpoint tensor `name` fills."""
+    """The model's tensor that checkpoint tensor `name` fills: transformers 5 holds a layer's experts fused ([E, 2I, H]
+    gate and up, [E, H, I] down, as its own checkpoint loading makes them), so an expert's is a view into those."""
     if name in params:
         return params[name]
-    expert = _HF_EXPERT.fullmatch(name)
-    if expert is None or f"{expert.group(1)}.down_proj" not in params:
+    expert = hf_expert(name)
+    if expert is None or f"{expert[0]}.down_proj" not in params:
         raise KeyError(f"the rollout model has no parameter {name}")
-    layer, index, which = expert.group(1), int(expert.group(2)), expert.group(3)
-    if which == "down":
-        return params[f"{layer}.down_proj"][index]
-    fused = params[f"{layer}.gate_up_proj"][index]
-    return fused.chunk(2)[0 if which == "gate" else 1]
+    experts, index, rest = expert
+    if rest == "down_proj.weight":
+        return params[f"{experts}.down_proj"][index]
+    gate, up = params[f"{experts}.gate_up_proj"][index].chunk(2)
+    return {"gate_proj.weight": gate, "up_proj.weight": up}[rest]
 
 
 @ROLLOUT_BACKENDS.register("transformers")
