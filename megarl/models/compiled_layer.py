@@ -11,7 +11,9 @@ attention is one varlen kernel call. Context parallelism's per-sequence loop wou
 micro-batch's lengths. At tensor parallel 2 (tried on CPU over gloo, 2026-11-27) dynamo splits every layer at each
 tensor-parallel linear: the autograd function of megatron's linear all-reduces its input gradient with
 `async_op=True`, which dynamo does not trace, and sets a warn-once attribute on a function; new micro-batch shapes
-then compiled new graphs. Pipeline parallelism awaits a check on two GPUs. Elsewhere the layer runs eagerly,
+then compiled new graphs. Pipeline parallelism awaits a check on two GPUs. A mixture-of-experts layer stays eager:
+its token dispatch moves per-expert token counts to the host (`record_stream`, which inductor cannot functionalize)
+and its tensors' shapes follow the routing. Elsewhere the layer runs eagerly,
 as megatron's does; LoRA's layers are megatron's own (megarl/models/spec.py). `TORCHDYNAMO_DISABLE=1` turns all
 compilation off.
 """
@@ -32,8 +34,8 @@ RECOMPILE_LIMIT = 64
 
 
 def compiles_layers(config) -> bool:
-    return torch.cuda.is_available() and (config.tensor_model_parallel_size, config.pipeline_model_parallel_size,
-                                          config.context_parallel_size) == (1, 1, 1)
+    layout = (config.tensor_model_parallel_size, config.pipeline_model_parallel_size, config.context_parallel_size)
+    return torch.cuda.is_available() and not config.num_moe_experts and layout == (1, 1, 1)
 
 
 class CompiledTransformerLayer(TransformerLayer):

@@ -3,10 +3,9 @@ split over both GPUs (`actor.megatron.expert_model_parallel_size=2`, megatron's 
 GPU's SGLang engine serving the whole model, every expert streamed to it from the GPU that holds it; the engine's
 log-probs agree with the trainer's each step (rollout/logprob_mult_error, bf16). Skipped on one GPU.
 
-Not passed yet: on an nvidia-h200-x2 at 66de06c the run's SGLang engine died before the first step ended and its
-restart failed (KeyError '/loky-…'), while the same model generated on a standalone SGLang engine there. The cause
-read since: SGLang's `direct` weight load copies by parameter name, and its FusedMoE layers have no per-expert
-names; the experts now go through the model's own loader (megarl/rollout/sglang_engine.py). Not re-run yet.
+Two failures came before the pass: SGLang's `direct` weight load copies by parameter name and its FusedMoE layers
+have no per-expert names (the experts go through the model's own loader, megarl/rollout/sglang_engine.py), and
+torch.compile cannot trace megatron's token dispatch (MoE layers stay eager, megarl/models/compiled_layer.py).
 
 Rows for benchmarks/results/ go to $MEGARL_RESULTS_DIR/moe_gpu.json when it is set."""
 
