@@ -44,6 +44,12 @@ SHAPES = {
         num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=151936,
         max_position_embeddings=40960, rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
     ),
+    "qwen3-30b-a3b": dict(  # 128 experts of width 768 in each of 48 layers, 8 routed per token
+        model_type="qwen3_moe", hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
+        num_experts=128, num_experts_per_tok=8, norm_topk_prob=True, num_hidden_layers=48, num_attention_heads=32,
+        num_key_value_heads=4, head_dim=128, vocab_size=151936, max_position_embeddings=40960, rope_theta=1000000.0,
+        rms_norm_eps=1e-6, tie_word_embeddings=False,
+    ),
 }
 
 

@@ -16,6 +16,14 @@ Two of the paper's terms are absent: the models have no dropout (no masks), and 
 (SDPA's flash / memory-efficient kernels, or Transformer Engine's) that store no s² scores, so the 5as/h term
 drops out. For the same reason megatron's selective recomputation (of core attention) saves nothing more here:
 `selective` is planned as no recomputation.
+
+A mixture-of-experts layer (megatron's MoELayer, its all-to-all token dispatcher) keeps in place of the gated MLP's
+tensors: the router's float32 logits (E per token), and for each of the k copies of a token routed to an expert the
+expert's input and output (h each, whole on every tensor-parallel rank: the unpermute weighs the output by the routing
+probability) and its fc1 and activation outputs (3 × expert width, split). With expert parallelism a rank computes the
+copies it receives: as many as it sends when routing is even over the experts, as the plan assumes (megatron drops no
+token, so a batch routed unevenly needs more). While a layer runs, the all-to-all's send and receive buffers (k·h per
+token each) exist beside it: the dispatch buffers.
 """
 
 from __future__ import annotations
@@ -29,10 +37,21 @@ BF16 = 2
 def layer_bytes(shape: ModelShape, tp: int, tokens: int) -> int:
     """What one layer saves for backward over `tokens` tokens on one tensor-parallel rank."""
     whole = 4 * shape.hidden
-    split = 2 * shape.q_width + 2 * shape.kv_width + 3 * shape.ffn
+    split = 2 * shape.q_width + 2 * shape.kv_width
+    if shape.is_moe:
+        routed = shape.experts_per_token
+        whole += 2 * shape.experts + routed * 2 * shape.hidden  # float32 logits count as two bf16 elements
+        split += routed * 3 * shape.expert_ffn
+    else:
+        split += 3 * shape.ffn
     if shape.qk_norm:
         split += shape.q_width + shape.kv_width
     return BF16 * tokens * (whole * tp + split) // tp
+
+
+def dispatch_bytes(shape: ModelShape, mesh: Mesh, tokens: int) -> int:
+    """A mixture-of-experts layer's all-to-all buffers while it runs (0 for a dense model)."""
+    return BF16 * gpu_tokens(mesh, tokens) * 2 * shape.experts_per_token * shape.hidden
 
 
 def gpu_tokens(mesh: Mesh, tokens: int) -> int:
@@ -62,13 +81,16 @@ def recomputed_bytes(shape: ModelShape, mesh: Mesh, tokens: int, recompute: str 
 
 
 def largest_activation_bytes(shape: ModelShape, mesh: Mesh, tokens: int) -> int:
-    """A layer's largest activation: fc1's output, both halves of the gated MLP, [tokens × 2 ffn/tp] in bf16."""
-    return BF16 * gpu_tokens(mesh, tokens) * 2 * shape.ffn // mesh.tp
+    """A layer's largest activation: fc1's output, both halves of the gated MLP, [tokens × 2 ffn/tp] in bf16 (a
+    mixture-of-experts layer's: its experts' fc1 outputs together, [k·tokens × 2 expert width/tp])."""
+    width = shape.experts_per_token * shape.expert_ffn if shape.is_moe else shape.ffn
+    return BF16 * gpu_tokens(mesh, tokens) * 2 * width // mesh.tp
 
 
 def forward_bytes(shape: ModelShape, mesh: Mesh, tokens: int) -> int:
-    """Without gradients only the running layer's tensors are alive: at most what it would have saved."""
-    return layer_bytes(shape, mesh.tp, gpu_tokens(mesh, tokens))
+    """Without gradients only the running layer's tensors are alive: at most what it would have saved, and its
+    dispatch buffers."""
+    return layer_bytes(shape, mesh.tp, gpu_tokens(mesh, tokens)) + dispatch_bytes(shape, mesh, tokens)
 
 
 def logits_bytes(shape: ModelShape, mesh: Mesh, tokens: int) -> int:

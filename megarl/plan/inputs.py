@@ -20,11 +20,17 @@ class Mesh:
     pp: int
     cp: int
     dp: int
+    ep: int = 1
 
     @property
     def optimizer_shards(self) -> int:
         """megatron's distributed optimizer shards its state over the data- and context-parallel ranks."""
         return self.dp * self.cp
+
+    @property
+    def expert_optimizer_shards(self) -> int:
+        """An expert's state is sharded over the ranks that hold the same experts: the expert data-parallel ones."""
+        return self.dp * self.cp // self.ep
 
 
 @dataclass(frozen=True)
@@ -44,7 +50,8 @@ class PlanInputs:
         """The actor's (which the reference shares) or the critic's."""
         megatron = self.cfg.critic.megatron if role == "critic" else self.cfg.actor.megatron
         return Mesh(megatron.tensor_model_parallel_size, megatron.pipeline_model_parallel_size,
-                    megatron.context_parallel_size, self.cfg.dp_size("critic" if role == "critic" else "actor"))
+                    megatron.context_parallel_size, self.cfg.dp_size("critic" if role == "critic" else "actor"),
+                    megatron.expert_model_parallel_size)
 
     @property
     def sequence_tokens(self) -> int:

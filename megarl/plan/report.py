@@ -22,12 +22,15 @@ def render(inputs: PlanInputs, plan: MemoryPlan, advice: Advice | None, model: s
 def _header(inputs: PlanInputs, model: str) -> list[str]:
     cfg, shape, mesh = inputs.cfg, inputs.policy, inputs.mesh("actor")
     trainer, rollout = cfg.trainer, cfg.rollout
-    per_gpu = _billions(shape.gpu_parameters(mesh.tp, mesh.pp))
+    per_gpu = _billions(shape.gpu_parameters(mesh.tp, mesh.pp, ep=mesh.ep))
+    experts = (f", {shape.experts} experts ({shape.experts_per_token} per token, width {shape.expert_ffn})"
+               if shape.is_moe else "")
     return [
-        f"model: {model}: {shape.layers} layers, hidden {shape.hidden}, vocabulary {shape.vocab}, "
+        f"model: {model}: {shape.layers} layers, hidden {shape.hidden}, vocabulary {shape.vocab}{experts}, "
         + f"{_billions(shape.parameters)} parameters",
         f"layout: {trainer.nnodes} node(s) × {trainer.n_gpus_per_node} GPUs; actor TP {mesh.tp} PP {mesh.pp} "
-        + f"CP {mesh.cp} DP {mesh.dp} ({per_gpu} parameters per GPU); rollout TP {rollout.tensor_model_parallel_size}, "
+        + f"CP {mesh.cp} DP {mesh.dp}{f' EP {mesh.ep}' if mesh.ep > 1 else ''} ({per_gpu} parameters per GPU); "
+        + f"rollout TP {rollout.tensor_model_parallel_size}, "
         + f"engine share {rollout.gpu_memory_utilization}"
         + (f", on {cfg.rollout_world_size} GPUs of its own" if rollout.enable_resource_pool else ""),
         f"batch: {cfg.data.train_batch_size} prompts × {rollout.n} responses of {cfg.data.max_prompt_length} + "

@@ -10,7 +10,8 @@ weights 4P/S and Adam's two moments 8P/S. The offloads change where they are:
 - param_offload: the weights move to a pinned host copy (2P) outside the role's own calls.
 The reference is frozen (no gradients, no optimizer); offloaded (`ref.megatron.param_offload`, the default) it is on
 the GPU only for its forward. A LoRA actor trains only its adapters (T parameters: gradients 4T, optimizer 12T/S,
-beside the 2(P + T) weights) and is its own reference.
+beside the 2(P + T) weights) and is its own reference. A mixture-of-experts model's experts (E of the P) have their
+state sharded over the expert data-parallel ranks instead (S / EP of them): 12E·EP/S.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass, replace
 from megarl.config import MegatronConfig
 from megarl.plan.inputs import Mesh, PlanInputs
 from megarl.plan.result import Parts
+from megarl.plan.shape import ModelShape
 
 # The phases in which each role's weights are in use (the actor's also while they stream into the engines).
 CALLS = {"actor": ("old_log_prob", "update_actor", "sync"), "critic": ("values", "update_critic"),
@@ -38,6 +40,17 @@ class RoleState:
     optimizer_offload: bool
     grad_bytes: int = 4  # per trained parameter: fp32 gradient buffers, or 2 for bf16 ones
     adapters: int = 0  # LoRA: the trained parameters; 0: all are trained
+    expert_parameters: int = 0  # of `parameters`: a mixture-of-experts model's experts on this GPU
+    expert_optimizer_shards: int = 1
+
+    def optimizer_bytes(self, per_parameter: int) -> int:
+        """`per_parameter` bytes for each trained parameter whose optimizer state this GPU holds (megatron's
+        distributed optimizer's shard)."""
+        if self.adapters:
+            return per_parameter * self.adapters // self.optimizer_shards
+        dense = self.parameters - self.expert_parameters
+        return (per_parameter * dense // self.optimizer_shards
+                + per_parameter * self.expert_parameters // self.expert_optimizer_shards)
 
     def gpu_parts(self, phase: str) -> Parts:
         """The role's bytes on its GPU during `phase`."""
@@ -49,23 +62,23 @@ class RoleState:
             if not self.grad_offload or phase == UPDATES[self.role]:
                 parts.append((f"{self.role} grads", self.grad_bytes * p))
             if not self.optimizer_offload:
-                parts.append((f"{self.role} optimizer", 12 * p // self.optimizer_shards))
+                parts.append((f"{self.role} optimizer", self.optimizer_bytes(12)))
         return tuple(parts)
 
     def host_parts(self) -> Parts:
         """The role's pinned or offloaded host copies, per GPU process."""
-        p, parts = self.adapters or self.parameters, []
+        parts = []
         if self.param_offload:
             parts.append((f"{self.role} weights", 2 * self.parameters))
         if self.trained and self.optimizer_offload:
-            parts.append((f"{self.role} optimizer", 16 * p // self.optimizer_shards))
+            parts.append((f"{self.role} optimizer", self.optimizer_bytes(16)))
         return tuple(parts)
 
 
 def role_states(inputs: PlanInputs) -> dict[str, RoleState]:
     """The roles the recipe runs: the actor; the reference with a KL term; the critic with GAE."""
     cfg, mesh = inputs.cfg, inputs.mesh("actor")
-    states = {"actor": _trained("actor", inputs.policy.gpu_parameters(mesh.tp, mesh.pp), mesh, cfg.actor.megatron)}
+    states = {"actor": _trained("actor", inputs.policy, mesh, cfg.actor.megatron)}
     lora = cfg.actor.lora
     if lora.rank:
         adapters = inputs.policy.lora_gpu_parameters(mesh.tp, mesh.pp, lora.rank, lora.target_modules)
@@ -76,12 +89,14 @@ def role_states(inputs: PlanInputs) -> dict[str, RoleState]:
                                         optimizer_offload=False)
     if cfg.use_critic:
         mesh = inputs.mesh("critic")
-        parameters = inputs.critic.gpu_parameters(mesh.tp, mesh.pp, value_head=True)
-        states["critic"] = _trained("critic", parameters, mesh, cfg.critic.megatron)
+        states["critic"] = _trained("critic", inputs.critic, mesh, cfg.critic.megatron)
     return states
 
 
-def _trained(role: str, parameters: int, mesh: Mesh, megatron: MegatronConfig) -> RoleState:
-    return RoleState(role, parameters, mesh.optimizer_shards, trained=True, param_offload=megatron.param_offload,
+def _trained(role: str, shape: ModelShape, mesh: Mesh, megatron: MegatronConfig) -> RoleState:
+    return RoleState(role, shape.gpu_parameters(mesh.tp, mesh.pp, value_head=role == "critic", ep=mesh.ep),
+                     mesh.optimizer_shards, trained=True, param_offload=megatron.param_offload,
                      grad_offload=megatron.grad_offload, optimizer_offload=megatron.optimizer_offload,
-                     grad_bytes=4 if megatron.grad_reduce_in_fp32 else 2)
+                     grad_bytes=4 if megatron.grad_reduce_in_fp32 else 2,
+                     expert_parameters=shape.expert_gpu_parameters(mesh.tp, mesh.pp, mesh.ep),
+                     expert_optimizer_shards=mesh.expert_optimizer_shards)

@@ -16,8 +16,8 @@ resident state): the larger of two moments.
 
 from __future__ import annotations
 
-from megarl.plan.activations import (largest_activation_bytes, logits_bytes, recomputed_bytes, saved_bytes,
-                                     vocabulary_weight_bytes)
+from megarl.plan.activations import (dispatch_bytes, largest_activation_bytes, logits_bytes, recomputed_bytes,
+                                     saved_bytes, vocabulary_weight_bytes)
 from megarl.plan.inputs import PlanInputs
 from megarl.plan.result import Parts, PhaseEstimate
 from megarl.plan.state import RoleState
@@ -52,6 +52,8 @@ def _backward(inputs: PlanInputs, name: str, state: RoleState) -> Parts:
         parts: Parts = (("activations", saved + recomputed),)
     else:
         parts = (("activations", saved),) + vocabulary
+    if shape.is_moe:
+        parts += (("expert dispatch", dispatch_bytes(shape, mesh, tokens)),)
     parts += (("allocator cache", cal.update_cache_blocks * largest),)
     if state.optimizer_offload and state.grad_bytes < FLOAT32:
         elements = _largest_parameter(inputs, role)
@@ -78,14 +80,14 @@ def _vocabulary(logits: int, weight_grad: int) -> Parts:
 def _step(state: RoleState) -> Parts:
     if state.optimizer_offload:
         return ()
-    shard = (state.adapters or state.parameters) // state.optimizer_shards
     copies = 2 if state.grad_bytes < FLOAT32 else 1
-    return (("optimizer step", copies * FLOAT32 * shard),)
+    return (("optimizer step", state.optimizer_bytes(copies * FLOAT32)),)
 
 
 def _largest_parameter(inputs: PlanInputs, role: str) -> int:
     """Elements of the largest parameter on one GPU: a vocabulary matrix [vocab/tp × hidden] (the embedding, the
-    output layer), or fc1's [2 ffn/tp × hidden]."""
+    output layer), or fc1's [2 ffn/tp × hidden] (an expert's, or the router's [experts × hidden])."""
     shape, tp = (inputs.critic, inputs.mesh("critic").tp) if role == "critic" else (inputs.policy,
                                                                                      inputs.mesh("actor").tp)
-    return max(-(-shape.vocab // tp), 2 * shape.ffn // tp) * shape.hidden
+    mlp = max(2 * shape.expert_ffn // tp, shape.experts) if shape.is_moe else 2 * shape.ffn // tp
+    return max(-(-shape.vocab // tp), mlp) * shape.hidden

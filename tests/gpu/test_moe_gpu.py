@@ -38,7 +38,7 @@ def test_grpo_with_experts_split_over_two_gpus_on_sglang(tmp_path):
                       "trainer.total_training_steps=4", "actor.megatron.expert_model_parallel_size=2",
                       "data.train_batch_size=4", "rollout.n=4", "data.max_response_length=32",
                       "rollout.max_logprob_mult_error=1.2",
-                      "trainer.memory_check=false", *SGLANG)]  # the planner models dense decoders only (#49)
+                      *SGLANG)]
     proc = run_command(cmd, timeout=480, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     steps = read_metrics(out)
