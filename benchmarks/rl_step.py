@@ -41,14 +41,27 @@ UPDATE_PHASES = {"update_actor": "actor", "update_critic": "critic"}
 
 
 def prepare(args, work: Path) -> tuple[Path, Path]:
+    """The shape's random checkpoint (with --layers, a proxy of that many layers, drawn on a GPU where there is one)
+    and the training parquet."""
     from megarl.models.init_model import write_model
 
     import torch
 
-    model = work / args.shape
+    layers = getattr(args, "layers", None)
+    model = work / (f"{args.shape}-{layers}l" if layers else args.shape)
     if not (model / "config.json").exists():
-        write_model(args.shape, model, dtype=torch.bfloat16)
+        write_model(args.shape, model, dtype=torch.bfloat16, device="cuda" if torch.cuda.is_available() else "cpu",
+                    **({"num_hidden_layers": layers} if layers else {}))
     return model, prepare_data(args.data, work)
+
+
+def shape_name(args) -> str:
+    """The row's `model_shape`: a layer proxy says so."""
+    from megarl.models.shapes import SHAPES
+
+    layers = getattr(args, "layers", None)
+    full = SHAPES[args.shape]["num_hidden_layers"]
+    return f"{args.shape} ({layers} of its {full} layers)" if layers else args.shape
 
 
 def prepare_data(raw: Path, work: Path) -> Path:
@@ -195,7 +208,15 @@ def summary(cfg, hf_config, metrics: list[dict], peak: float | None) -> dict:
             "tokens_per_s_per_gpu": statistics.median([s["perf/throughput"] for s in steps]), "phases": phases,
             "mfu": {name: phase["mfu"] for name, phase in phases.items() if "mfu" in phase},
             "gen_tokens_per_s": responses / gen_s,
+            "device_peak_gb": device_peaks(steps),
             "logprob_mult_error": [s.get("rollout/logprob_mult_error") for s in steps]}
+
+
+def device_peaks(steps: list[dict]) -> dict[str, float]:
+    """Each phase's device-wide GPU peak (GB, every process on the GPU, the engine included), the largest over the
+    measured steps."""
+    keys = [key for key in steps[0] if key.startswith("memory/") and key.endswith("/peak_gb") and "/host/" not in key]
+    return {key.split("/")[1]: max(s[key] for s in steps if key in s) for key in keys}
 
 
 def per_step(steps: list[dict], responses: int) -> dict[str, list[float]]:
@@ -213,6 +234,7 @@ def recipe_run_parser(doc: str, steps: int, work: str) -> argparse.ArgumentParse
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recipe", type=Path, required=True)
     parser.add_argument("--shape", required=True, help="a megarl.models.shapes.SHAPES name (random weights)")
+    parser.add_argument("--layers", type=int, help="a proxy of the shape with this many layers (the row says so)")
     parser.add_argument("--steps", type=int, default=steps)
     parser.add_argument("--set", nargs="*", default=[], help="more recipe overrides")
     parser.add_argument("--work", type=Path, default=Path(work))
@@ -246,7 +268,7 @@ def main() -> int:
     peak = peak_flops(torch.cuda.get_device_name()) if cuda else None
     row = {"date": datetime.date.today().isoformat(), "commit": os.environ.get("MEGARL_COMMIT", "unknown"),
            "machine": os.environ.get("MEGARL_MACHINE", "unknown"), "what": "rl-step", "recipe": str(args.recipe),
-           "command": "python benchmarks/rl_step.py " + " ".join(sys.argv[1:]), "model_shape": args.shape,
+           "command": "python benchmarks/rl_step.py " + " ".join(sys.argv[1:]), "model_shape": shape_name(args),
            "dtype": "bf16" if cuda else "fp32", "gpus_used": cfg.world_size, "backend": cfg.rollout.name,
            "batch": cfg.data.train_batch_size, "n": cfg.rollout.n, "response_len": cfg.data.max_response_length,
            **summary(cfg, load_hf_config(model), metrics, peak)}

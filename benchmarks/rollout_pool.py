@@ -98,7 +98,7 @@ def main() -> int:
     import torch
 
     from rl_memory import append_row
-    from rl_step import overrides, prepare, prompt_ids, standalone_sglang
+    from rl_step import overrides, prepare, prompt_ids, shape_name, standalone_sglang
     from standalone import PLAIN
 
     from megarl.config import load_config
@@ -120,7 +120,7 @@ def main() -> int:
         gen_s = standalone_sglang(ahead_cfg, model, prompts, {"plain": PLAIN})["plain"]["gen_s"]
     row = {"date": datetime.date.today().isoformat(), "commit": os.environ.get("MEGARL_COMMIT", "unknown"),
            "machine": os.environ.get("MEGARL_MACHINE", "unknown"), "what": "rollout-pool", "recipe": str(args.recipe),
-           "command": "python benchmarks/rollout_pool.py " + " ".join(sys.argv[1:]), "model_shape": args.shape,
+           "command": "python benchmarks/rollout_pool.py " + " ".join(sys.argv[1:]), "model_shape": shape_name(args),
            "gpus_used": cfg.gpus, "backend": cfg.rollout.name, "batch": cfg.data.train_batch_size, "n": cfg.rollout.n,
            "response_len": cfg.data.max_response_length, "colocated": run_summary(colocated),
            "ahead": ahead_summary(ahead, gen_s), "ahead_overrides": split}

@@ -2,7 +2,8 @@
 `memory/*/peak_gb`, each phase's device-wide GPU peak and the step's host peak (GB: 1e9 bytes, as `perf/*`).
 
 MFU counts the dense matmul FLOPs of the actor's update (6 × parameters × tokens, plus causal attention) per
-PPO epoch, against the device's dense bf16 peak; devices without a known peak (CPUs) report no MFU.
+PPO epoch, against the device's dense bf16 peak; devices without a known peak (CPUs) report no MFU. A
+mixture-of-experts layer counts the parameters a token passes through: its router and the k experts it is routed to.
 """
 
 from __future__ import annotations
@@ -27,13 +28,22 @@ def training_flops(hf_config, sequence_lengths: list[int], frozen_weights: bool 
     hidden, layers = hf_config.hidden_size, hf_config.num_hidden_layers
     heads, kv_heads = hf_config.num_attention_heads, hf_config.num_key_value_heads
     head_dim = getattr(hf_config, "head_dim", None) or hidden // heads
-    per_layer = hidden * head_dim * (2 * heads + 2 * kv_heads) + 3 * hidden * hf_config.intermediate_size
+    per_layer = hidden * head_dim * (2 * heads + 2 * kv_heads) + _mlp_parameters_per_token(hf_config)
     outputs = 1 if value_head else hf_config.vocab_size
     matmul_params = layers * per_layer + hidden * outputs  # the output layer; embeddings are lookups
     tokens = sum(sequence_lengths)
     # causal attention: QKᵀ and AV over half the square, ×3 for forward + backward
     attention = 6 * layers * heads * head_dim * sum(n * n for n in sequence_lengths)
     return (4 if frozen_weights else 6) * matmul_params * tokens + attention
+
+
+def _mlp_parameters_per_token(hf_config) -> int:
+    """The gated MLP's weights one token multiplies: the dense MLP's, or the router's and k experts'."""
+    hidden = hf_config.hidden_size
+    experts = getattr(hf_config, "num_experts", None) or getattr(hf_config, "num_local_experts", None)
+    if experts:
+        return hidden * experts + hf_config.num_experts_per_tok * 3 * hidden * hf_config.moe_intermediate_size
+    return 3 * hidden * hf_config.intermediate_size
 
 
 def summarise(per_rank: list[dict]) -> dict:

@@ -3,13 +3,14 @@ critic's with its value head, not the vocabulary projection) and MFU, and the ro
 measured matmul peak); and its baselines (on CPU the HF-transformers loop alone) on the recipe's own prompts."""
 
 import sys
+from types import SimpleNamespace
 
 import pytest
 
 from tests.helpers import REPO_ROOT, write_tiny_rl_setup
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-from rl_step import baselines, prompt_ids, summary  # noqa: E402
+from rl_step import baselines, prompt_ids, shape_name, summary  # noqa: E402
 
 from megarl.config import load_config  # noqa: E402
 from megarl.models.shapes import hf_config  # noqa: E402
@@ -50,6 +51,15 @@ def test_the_row_keeps_every_measured_steps_phases_beside_their_medians():
     timing = per_step["timing_s"]
     assert timing["gen"] == timing["update_weights"] == [1.0, 2.0, 4.0] and timing["step"] == [10.0, 20.0, 40.0]
     assert per_step["gen_tokens_per_s"] == [500 * 64 / s for s in (1.0, 2.0, 4.0)]  # 64 responses of 500 tokens
+
+
+def test_the_row_keeps_each_phases_largest_device_peak_and_names_a_layer_proxy():
+    cfg = load_config(REPO_ROOT / "recipes/qwen2_5_0_5b_ppo_gsm8k.yaml", [])
+    steps = [{**step_metrics(step, 1.0), "memory/gen/peak_gb": peak, "memory/update_actor/peak_gb": 2 * peak,
+              "memory/host/peak_gb": 100.0} for step, peak in ((1, 50.0), (2, 30.0), (3, 40.0))]
+    assert summary(cfg, hf_config("qwen2.5-0.5b"), steps, None)["device_peak_gb"] == {"gen": 40.0, "update_actor": 80.0}
+    assert shape_name(SimpleNamespace(shape="qwen3-30b-a3b", layers=12)) == "qwen3-30b-a3b (12 of its 48 layers)"
+    assert shape_name(SimpleNamespace(shape="qwen3-8b", layers=None)) == "qwen3-8b"
 
 
 def test_an_even_count_of_steps_takes_the_mean_of_the_middle_two():

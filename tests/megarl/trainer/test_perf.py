@@ -18,6 +18,13 @@ def test_training_flops_of_a_full_and_a_lora_update():
     assert training_flops(CONFIG, [3, 5], frozen_weights=True) == 4 * weights * 8 + attention
 
 
+def test_a_mixture_of_experts_layer_counts_its_router_and_the_experts_a_token_is_routed_to():
+    moe = SimpleNamespace(**vars(CONFIG), num_experts=6, num_experts_per_tok=2, moe_intermediate_size=5)
+    per_layer = 8 * 4 * (2 * 2 + 2 * 1) + 8 * 6 + 2 * 3 * 8 * 5
+    attention = 6 * 2 * 2 * 4 * (3 * 3 + 5 * 5)
+    assert training_flops(moe, [3, 5]) == 6 * (2 * per_layer + 8 * 10) * 8 + attention
+
+
 def test_a_critics_output_layer_is_one_number_per_token_not_the_vocabulary():
     per_layer = 8 * 4 * (2 * 2 + 2 * 1) + 3 * 8 * 16
     attention = 6 * 2 * 2 * 4 * (3 * 3 + 5 * 5)
