@@ -4,7 +4,8 @@ samples, losses, KL, gradient norm — and the rollout engine's log-probs equal 
 actor's experts reach the engine (each broadcast from the rank that holds it) after each update. The prompts differ
 in length, so the two ranks' micro-batches do too (padded to the same tokens for the CPU's all-gather dispatcher).
 The router's load-balancing and z losses (`moe_aux_loss_coeff`, `moe_z_loss_coeff`) change the first step's
-gradients from the same samples."""
+gradients from the same samples. Resumed from its step-2 checkpoint (each rank's experts saved and loaded under
+their global numbers), the split run's step 3 comes out the same."""
 
 import re
 import sys
@@ -13,7 +14,7 @@ import datasets
 import pytest
 
 from parallel.topology import free_port
-from tests.helpers import make_chat_moe, overrides, read_metrics, run_command, write_tiny_rl_setup
+from tests.helpers import WALL_CLOCK, make_chat_moe, overrides, read_metrics, run_command, write_tiny_rl_setup
 
 # A score that differs between responses, so that every step updates the experts.
 VARIED_REWARD = "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n" \
@@ -54,7 +55,7 @@ def rank_parameters(out) -> int:
 @pytest.fixture(scope="module")
 def split_run(moe_setup, tmp_path_factory):
     out = tmp_path_factory.mktemp("ep2")
-    return out, grpo(moe_setup, out, 2)
+    return out, grpo(moe_setup, out, 2, "trainer.save_freq=2")
 
 
 @pytest.fixture(scope="module")
@@ -79,3 +80,12 @@ def test_the_routers_losses_join_the_update(moe_setup, split, tmp_path):
                   "actor.megatron.moe_aux_loss_coeff=0.5", "actor.megatron.moe_z_loss_coeff=0.1")
     assert losses[0]["critic/score/mean"] == split[0]["critic/score/mean"]  # the same samples
     assert losses[0]["actor/grad_norm"] != pytest.approx(split[0]["actor/grad_norm"], rel=1e-3)
+
+
+def test_a_split_run_resumes_from_its_checkpoint_to_the_same_step(moe_setup, split_run, tmp_path):
+    out, split = split_run
+    resumed = grpo(moe_setup, tmp_path / "resumed", 2, "trainer.resume_mode=resume_path",
+                   f"trainer.resume_from_path={out / 'checkpoints' / 'global_step_2'}")
+    assert [m["step"] for m in resumed] == [3]
+    compared = {key: value for key, value in split[2].items() if not key.startswith(WALL_CLOCK)}
+    assert {key: resumed[0][key] for key in compared} == compared
