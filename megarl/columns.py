@@ -70,8 +70,8 @@ OLD_LOG_PROBS = _column("old_log_probs", "[B, R]", "the actor's log-probs before
 ENTROPYS = _column("entropys", "[B, R]", "the actor's next-token entropy (`log_prob_entropy`)")
 ROLLOUT_IS_WEIGHTS = _column("rollout_is_weights", "[B, R]", "rollout correction's importance weights")
 ROLLOUT_RS_MASK = _column("rollout_rs_mask", "[B, R]", "rollout correction's kept tokens")
-ROUTING_FLIPS = _column("routing_flips", "[B]", "R3: the share of the sample's (token, MoE layer) pairs whose experts the "
-                        "actor's router would choose differently from the engine (old-log-prob pass)")
+ROUTING_FLIPS = _column("routing_flips", "[B]", "R3: the share of the sample's (token, MoE layer) pairs whose "
+                        "experts the actor's router would choose differently from the engine (old-log-prob pass)")
 REF_LOG_PROB = _column("ref_log_prob", "[B, R]", "the reference policy's log-probs")
 VALUES = _column("values", "[B, R]", "the critic's value before each response token")
 # Rewards and advantages.

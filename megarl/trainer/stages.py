@@ -17,7 +17,8 @@ from megarl.columns import (ACC, ADVANTAGES, AGENT_STATS, DATA_SOURCE, EXTRA_INF
                             JUDGE_OUTPUT, JUDGE_PARSED, JUDGE_SCORES, OLD_LOG_PROBS, OVERLONG_PENALTY, PRED, PROMPT_IDS,
                             REF_LOG_PROB, RESPONSE_MASK, RESPONSES, RETURNS, REWARD_BASELINES, REWARD_MODEL,
                             REWARD_OUTCOME, RM_SCORES, ROLLOUT_IS_WEIGHTS, ROLLOUT_LOG_PROBS, ROLLOUT_RS_MASK,
-                            ROUTING_FLIPS, RULE_SCORES, TOKEN_LEVEL_REWARDS, TOKEN_LEVEL_SCORES, UID, VALUES, response_lengths, stage)
+                            ROUTING_FLIPS, RULE_SCORES, TOKEN_LEVEL_REWARDS, TOKEN_LEVEL_SCORES, UID, VALUES,
+                            response_lengths, stage)
 from megarl.config.schema import AlgorithmConfig, JudgeConfig, OverlongBufferConfig, RolloutCorrectionConfig
 from megarl.rewards.scorer import RewardResult
 from megarl.rollout.batch import ground_truths, rule_scored

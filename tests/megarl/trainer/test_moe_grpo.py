@@ -4,7 +4,7 @@ samples, losses, KL, gradient norm — and the rollout engine's log-probs equal 
 actor's experts reach the engine (each broadcast from the rank that holds it) after each update. The prompts differ
 in length, so the two ranks' micro-batches do too (padded to the same tokens for the CPU's all-gather dispatcher).
 The router's load-balancing and z losses (`moe_aux_loss_coeff`, `moe_z_loss_coeff`) change the first step's
-gradients from the same samples."""
+gradients from the same samples. Router replay (R3) trains on the engine's routing."""
 
 import re
 import sys
@@ -79,3 +79,16 @@ def test_the_routers_losses_join_the_update(moe_setup, split, tmp_path):
                   "actor.megatron.moe_aux_loss_coeff=0.5", "actor.megatron.moe_z_loss_coeff=0.1")
     assert losses[0]["critic/score/mean"] == split[0]["critic/score/mean"]  # the same samples
     assert losses[0]["actor/grad_norm"] != pytest.approx(split[0]["actor/grad_norm"], rel=1e-3)
+
+
+def test_router_replay_runs_grpo_on_the_engines_routing(moe_setup, split, tmp_path):
+    """R3 over EP 2, with full recompute (the update's routers run again in the backward). The engine holds the
+    actor's weights: the same samples, the old-log-prob pass under the engine's routing gives the engine's log-probs,
+    and the actor's routers agree with the engine's. (The step's second mini-batch trains on the rollout's routing
+    after the first one's update changed the routers, so the losses differ from the run without replay.)"""
+    replayed = grpo(moe_setup, tmp_path / "r3", 2, "trainer.total_training_steps=1", "actor.router_replay.mode=R3",
+                    "actor.megatron.recompute_granularity=full")
+    assert replayed[0]["critic/score/mean"] == split[0]["critic/score/mean"]
+    assert replayed[0]["rollout/logprob_mult_error"] == pytest.approx(1.0, abs=1e-5)
+    assert replayed[0]["rollout/routing_flip_frac"] == pytest.approx(0.0, abs=0.02)
+    assert replayed[0]["actor/ppo_kl"] != 0 and 0 < replayed[0]["actor/grad_norm"] < float("inf")
