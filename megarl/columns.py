@@ -47,6 +47,8 @@ RESPONSES = _column("responses", "[B, R]", "response token ids, right-padded")
 RESPONSE_MASK = _column("response_mask", "[B, R]", "1 on the model's response tokens (0 on tool tokens between turns)")
 ROLLOUT_LOG_PROBS = _column("rollout_log_probs", "[B, R]", "the engine's log-probs of the response tokens")
 FINISH_REASON = _column("finish_reason", "per sample", "stop or length; multi-turn: answer, max_turns or max_tokens")
+ROUTED_EXPERTS = _column("routed_experts", "per sample", "R3 (actor.router_replay.mode): the experts the engine routed "
+                         "each token it forwarded to, [prompt + response − 1, MoE layers, top-k] int")
 AGENT_STATS = _column("agent_stats", "per sample", "multi-turn: the trajectory's turns and tool calls (AgentStats)")
 REWARD_OUTCOME = _column("reward_outcome", "per sample", "the async mode's reward, scored as the response finished")
 REWARD_BASELINES = _column("reward_baselines", "[B]", "ReMax: the score of the prompt's greedy response")
@@ -68,6 +70,8 @@ OLD_LOG_PROBS = _column("old_log_probs", "[B, R]", "the actor's log-probs before
 ENTROPYS = _column("entropys", "[B, R]", "the actor's next-token entropy (`log_prob_entropy`)")
 ROLLOUT_IS_WEIGHTS = _column("rollout_is_weights", "[B, R]", "rollout correction's importance weights")
 ROLLOUT_RS_MASK = _column("rollout_rs_mask", "[B, R]", "rollout correction's kept tokens")
+ROUTING_FLIPS = _column("routing_flips", "[B]", "R3: the share of the sample's (token, MoE layer) pairs whose "
+                        "experts the actor's router would choose differently from the engine (old-log-prob pass)")
 REF_LOG_PROB = _column("ref_log_prob", "[B, R]", "the reference policy's log-probs")
 VALUES = _column("values", "[B, R]", "the critic's value before each response token")
 # Rewards and advantages.

@@ -3,7 +3,7 @@ GPUs, and what an MoE model cannot do in megarl yet, each named with the key to 
 
 from __future__ import annotations
 
-from megarl.config.schema import MegaRLConfig, MegatronConfig
+from megarl.config.schema import ROUTER_REPLAY_MODES, MegaRLConfig, MegatronConfig
 from megarl.config.ranges import divisors
 from megarl.models.shapes import experts_of
 
@@ -50,3 +50,36 @@ def check_moe_policy(cfg: MegaRLConfig, problems: list[str], hf: dict) -> None:
         problems.append(f"algorithm.adv_estimator={cfg.algorithm.adv_estimator} trains a critic on the policy's "
                         "mixture-of-experts checkpoint, which megarl does not build yet (issue #49): use grpo, rloo "
                         "or another estimator without a critic, or a dense critic.model.path")
+
+
+def check_router_replay(cfg: MegaRLConfig, problems: list[str], hf: dict | None) -> None:
+    """`actor.router_replay.mode` (verl's names) against the policy (`hf`, model.path's config; None: unread) and
+    what R3 does not handle yet: the engine's per-token routing is laid out over each rank's whole packed
+    micro-batch, so nothing that splits a micro-batch's tokens over ranks, nor a trajectory of several turns."""
+    replay = cfg.actor.router_replay
+    if replay.mode == "R2":
+        problems.append("actor.router_replay.mode=R2 (the trainer's own routing of the old-log-prob pass, replayed in "
+                        "the update) is not built: use R3 (the rollout engine's routing) or disabled")
+        return
+    if replay.mode not in ROUTER_REPLAY_MODES:
+        problems.append(f"actor.router_replay.mode={replay.mode!r} is not one of: {', '.join(ROUTER_REPLAY_MODES)}")
+        return
+    if not replay.replays_rollout:
+        return
+    key = "actor.router_replay.mode=R3"
+    if hf is not None and not experts_of(hf):
+        problems.append(f"{key} replays a mixture-of-experts router's choices, but {cfg.model.path} is a dense model: "
+                        "set actor.router_replay.mode=disabled")
+    megatron = cfg.actor.megatron
+    for name, why in (("pipeline_model_parallel_size", "each stage's routers would need their layers' share"),
+                      ("context_parallel_size", "each rank holds chunks of every sequence")):
+        if getattr(megatron, name) > 1:
+            problems.append(f"{key} with actor.megatron.{name}={getattr(megatron, name)} is not built yet ({why}): "
+                            f"set actor.megatron.{name}=1 or actor.router_replay.mode=disabled")
+    if megatron.transformer_impl == "transformer_engine" and megatron.tensor_model_parallel_size > 1:
+        problems.append(f"{key} with actor.megatron.transformer_impl=transformer_engine at tensor parallel > 1 "
+                        "(sequence parallel: each rank routes a share of the tokens) is not built yet: use "
+                        "transformer_impl=local or actor.router_replay.mode=disabled")
+    if cfg.rollout.multi_turn.enable:
+        problems.append(f"{key} with rollout.multi_turn.enable: the agent loop does not carry the routing of a "
+                        "trajectory's turns yet: set one of them off")

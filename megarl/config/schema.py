@@ -100,11 +100,27 @@ class LoRAConfig:
     dropout: float = 0.0  # on the adapters' input
 
 
+ROUTER_REPLAY_MODES = ("disabled", "R3")  # verl's names; its R2 (the trainer's own routing, replayed) is not built
+
+
+@dataclass(frozen=True)
+class RouterReplayConfig:
+    """Router replay of a mixture-of-experts policy (verl's `router_replay`): R3 replays the experts the rollout
+    engine routed each token to in the actor's old-log-prob and update passes (docs/models.md)."""
+
+    mode: str = "disabled"
+
+    @property
+    def replays_rollout(self) -> bool:
+        return self.mode == "R3"
+
+
 @dataclass(frozen=True)
 class ActorConfig:
     megatron: MegatronConfig = field(default_factory=MegatronConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     lora: LoRAConfig = field(default_factory=LoRAConfig)
+    router_replay: RouterReplayConfig = field(default_factory=RouterReplayConfig)
     ppo_mini_batch_size: int = 32  # prompts per optimizer step, as in verl (× rollout.n samples)
     ppo_micro_batch_size_per_gpu: int = 1
     use_dynamic_bsz: bool = False  # micro-batches by token budget instead of sample count

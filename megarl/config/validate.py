@@ -11,7 +11,7 @@ from megarl.algorithms import ADV_ESTIMATORS, KL_ESTIMATORS, LOSS_AGG_MODES, POL
 from megarl.algorithms.rollout_correction import IS_LEVELS, RS_LEVELS
 from megarl.config.judge_validate import check_judge
 from megarl.config.lora_checks import check_lora
-from megarl.config.moe_validate import check_experts, check_moe_policy
+from megarl.config.moe_validate import check_experts, check_moe_policy, check_router_replay
 from megarl.config.ranges import check_numeric_ranges, divisors
 from megarl.config.rollout_validate import check_rollout_placement
 from megarl.config.loader import ConfigError
@@ -406,6 +406,7 @@ def _check_tp_splits_heads(problems: list[str], key: str, tp: int, hf: dict, whe
 
 def _check_against_model(cfg: MegaRLConfig, problems: list[str]) -> None:
     hf = read_hf_config(cfg.model.path)
+    check_router_replay(cfg, problems, hf)
     if hf is not None:
         where = f"{cfg.model.path}/config.json"
         check_model_type(problems, "model.path", cfg.model.path, hf)

@@ -162,6 +162,16 @@ def _as_actor(name: str) -> Convert:
     return convert
 
 
+def _rollout_routing(value: bool, run: VerlRun) -> Any:
+    """verl's engine switch for R3: megarl's engine records its routing exactly when the actor replays it."""
+    mode = run.get("actor_rollout_ref.actor.router_replay.mode",
+                   run.get("actor_rollout_ref.actor.megatron.router_replay.mode", "disabled"))
+    if bool(value) == (mode == "R3"):
+        return OMIT
+    raise NotCarried(f"megarl's engine records its routing only for the actor's R3 replay; verl's run had "
+                     f"router_replay.mode={mode}")
+
+
 def _experts_tp(value: int | None, run: VerlRun) -> Any:
     """megarl's experts are tensor-parallel as the layers are (megatron's default); another size cannot carry over."""
     if value in (None, run.get("actor_rollout_ref.actor.megatron.tensor_model_parallel_size", 1)):
@@ -318,6 +328,11 @@ VERL_KEYS: dict[str, Port] = {
        for name in (*MESH, "expert_model_parallel_size")},
     "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size": to(
         "actor.megatron.tensor_model_parallel_size", _EXPERTS_TP, _experts_tp),
+    "actor_rollout_ref.actor.megatron.router_replay.mode": to(
+        "actor.router_replay.mode", "disabled or R3 (the rollout engine's routing replayed)"),
+    "actor_rollout_ref.rollout.enable_rollout_routing_replay": to(
+        "actor.router_replay.mode", "set with R3: the engine records its routing whenever the actor replays it",
+        _rollout_routing),
     "actor_rollout_ref.rollout.name": to("rollout.name", "megarl generates with SGLang", _sglang),
     # No counterpart in megarl.
     "actor_rollout_ref.actor.strategy": dropped(_ONLY_MEGATRON, same_as="megatron"),

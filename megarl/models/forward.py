@@ -4,6 +4,7 @@ on every rank."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Callable, Sequence
 
 import torch
@@ -14,23 +15,29 @@ from megatron.core.transformer.module import Float16Module
 
 from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
 from megarl.models.packing import PackedBatch, pack_micro_batches
+from megarl.models.router_replay import RoutingReplay
 
 PerToken = Callable[[torch.Tensor, PackedBatch], dict[str, torch.Tensor]]
 
 
 def run_schedule(model: list, batches: list[PackedBatch], on_output: Callable, forward_only: bool,
-                 blocks: CachedBlocks) -> list:
+                 blocks: CachedBlocks, replay: RoutingReplay | None = None) -> list:
     """megatron's (pipeline) schedule over packed `batches`. On the last stage `on_output(output, batch)`
     returns (loss, data); the schedule returns each micro-batch's data there and nothing elsewhere. `blocks`: the
-    process's cached blocks, handed back first if this pass does not fit them."""
+    process's cached blocks, handed back first if this pass does not fit them. `replay`: the routers take each
+    micro-batch's `routed_experts` (router replay)."""
     data = iter(batches)
     blocks.before_pass((id(model[0]), forward_only), max(b.input_ids.shape[1] for b in batches))
     output_dtype = _model_dtype_output(model[0])
 
     def forward_step(data_iterator, chunk):
         batch = next(data_iterator)
+        if replay is not None:
+            replay.start(batch.routed_experts)
         output = chunk(input_ids=batch.input_ids, position_ids=None, attention_mask=None,
                        packed_seq_params=batch.packed_seq_params, **output_dtype)
+        if replay is not None and not forward_only and batch.routed_experts is not None:
+            output = replay.in_backward(output)
         return output, lambda output_tensor: on_output(output_tensor, batch)
 
     return get_forward_backward_func()(
@@ -76,8 +83,8 @@ class CachedBlocks:
             self.shaped_for = (pass_kind, largest_tokens)
 
 
-def run_forward(model, batches: list[PackedBatch], per_token: PerToken,
-                blocks: CachedBlocks) -> list[dict[str, list[torch.Tensor]]]:
+def run_forward(model, batches: list[PackedBatch], per_token: PerToken, blocks: CachedBlocks,
+                replay: RoutingReplay | None = None) -> list[dict[str, list[torch.Tensor]]]:
     """Run `model` (a list of model chunks) over `batches` with no gradient; `per_token(output, batch)` maps the
     last stage's output to [1, local tokens] tensors. Returns, per batch, each key's per-sample tensors
     (true lengths, CP chunks reassembled), identical on every rank."""
@@ -87,7 +94,7 @@ def run_forward(model, batches: list[PackedBatch], per_token: PerToken,
     with torch.no_grad():
         stored = run_schedule(
             model, batches, lambda output, batch: (output.new_zeros(()), per_token(output, batch)), forward_only=True,
-            blocks=blocks,
+            blocks=blocks, replay=replay,
         )
     keys = _keys(stored[0] if stored else None)
     return [_share(batch, stored[i] if stored else None, keys) for i, batch in enumerate(batches)]
@@ -145,16 +152,22 @@ def _merge(per_batch: list[dict[str, list[torch.Tensor]]], micro_batches: Sequen
 
 
 def compute_logprobs(model, sequences: Sequence, micro_batches: Sequence[Sequence[int]], blocks: CachedBlocks,
-                     temperature: float = 1.0, with_entropy: bool = False,
-                     device=None) -> dict[str, list[torch.Tensor]]:
+                     temperature: float = 1.0, with_entropy: bool = False, device=None,
+                     routing: Sequence[torch.Tensor] | None = None) -> dict[str, list[torch.Tensor]]:
     """Per sample of length L: "logprobs" [L−1], log p(token t+1 | tokens ≤ t), and "entropy" [L−1] of the
-    next-token distribution at each position when `with_entropy`."""
+    next-token distribution at each position when `with_entropy`. With `routing` (each sample's routed experts,
+    [L−1, MoE layers, top-k]) the routers replay it, and "routing_flips" [L−1] counts, per token, the layers whose
+    router would have chosen other experts."""
+    model = model if isinstance(model, list) else [model]
+    with RoutingReplay(model, measure_flips=True) if routing is not None else nullcontext() as replay:
 
-    def per_token(logits, batch):
-        logprobs, entropy = vocab_parallel_logprobs_and_entropy(logits, batch.labels, temperature, with_entropy)
-        return {"logprobs": logprobs, **({"entropy": entropy} if with_entropy else {})}
+        def per_token(logits, batch):
+            logprobs, entropy = vocab_parallel_logprobs_and_entropy(logits, batch.labels, temperature, with_entropy)
+            flips = {"routing_flips": replay.flips.unsqueeze(0)} if replay is not None else {}
+            return {"logprobs": logprobs, **({"entropy": entropy} if with_entropy else {}), **flips}
 
-    results = run_forward(model, pack_micro_batches(sequences, micro_batches, device), per_token, blocks)
+        batches = pack_micro_batches(sequences, micro_batches, device, routing=routing)
+        results = run_forward(model, batches, per_token, blocks, replay)
     merged = _merge(results, micro_batches, len(sequences))
     return {key: [v[:-1] for v in values] for key, values in merged.items()}
 

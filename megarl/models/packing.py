@@ -24,6 +24,7 @@ from megatron.core import parallel_state
 from megatron.core.packed_seq_params import PackedSeqParams
 
 from megarl.models.accelerators import moe_token_dispatcher, transformer_engine_available
+from megarl.models.router_replay import packed_routing
 
 
 @dataclass
@@ -50,6 +51,7 @@ class PackedBatch:
     cp_size: int
     cp_rank: int
     token_fields: dict[str, torch.Tensor] = field(default_factory=dict)  # [1, local tokens] each
+    routed_experts: torch.Tensor | None = None  # router replay: [local tokens, MoE layers, top-k] (router_replay.py)
 
     def unpack(self, full: torch.Tensor) -> list[torch.Tensor]:
         """[1, all tokens] in global padded order → per-sample tensors of their true length."""
@@ -95,13 +97,14 @@ def pack_sequences(
     device=None,
     token_fields: dict[str, list[torch.Tensor]] | None = None,
     total: int | None = None,
+    routing: list[torch.Tensor] | None = None,
 ) -> PackedBatch:
     """Pack samples (1-D token ids) into one THD row for this CP rank, on `device` (default: the host).
 
     `token_fields` are per-sample tensors over next-token positions (length L−1 for a sample of length L,
     like `labels`: advantages, old log-probs, masks); they are packed and split the same way, zero-padded.
     `total`: the row's padded tokens, the last sample's padding made longer to reach it (after every real token, so
-    no output changes)."""
+    no output changes). `routing`: each sample's routed experts to replay, [L − 1, MoE layers, top-k]."""
     if not sequences:
         raise ValueError("cannot pack an empty list of sequences")
     token_fields = token_fields or {}
@@ -128,6 +131,10 @@ def pack_sequences(
             padded_value[: length - 1] = value
             field_parts[name].append(_local_chunks(padded_value, cp_size, cp_rank))
         lengths.append(length)
+    routed = None
+    if routing is not None:
+        routed = torch.cat([_local_chunks(packed_routing(r, length, padded), cp_size, cp_rank)
+                            for r, length, padded in zip(routing, lengths, padded_lengths)])
     return PackedBatch(
         input_ids=to_device(torch.cat(ids_parts).unsqueeze(0), device),
         labels=to_device(torch.cat(label_parts).unsqueeze(0), device),
@@ -137,6 +144,7 @@ def pack_sequences(
         cp_size=cp_size,
         cp_rank=cp_rank,
         token_fields={name: to_device(torch.cat(parts).unsqueeze(0), device) for name, parts in field_parts.items()},
+        routed_experts=None if routed is None else to_device(routed, device),
     )
 
 
@@ -172,14 +180,16 @@ def to_device(tensor: torch.Tensor, device) -> torch.Tensor:
 
 
 def pack_micro_batches(sequences: Sequence, groups: Sequence[Sequence[int]], device=None,
-                       token_fields: dict[str, list[torch.Tensor]] | None = None) -> list[PackedBatch]:
+                       token_fields: dict[str, list[torch.Tensor]] | None = None,
+                       routing: Sequence[torch.Tensor] | None = None) -> list[PackedBatch]:
     """One packed batch per group of sample indices, holding this rank's context-parallel part of megatron's mesh;
-    `token_fields` as `pack_sequences` takes them, one tensor per sample of `sequences`."""
+    `token_fields` and `routing` as `pack_sequences` takes them, one tensor per sample of `sequences`."""
     cp_size, cp_rank = parallel_state.get_context_parallel_world_size(), parallel_state.get_context_parallel_rank()
     fields = token_fields or {}
     totals = equal_token_totals(sequences, groups, cp_size)
     return [pack_sequences([sequences[i] for i in group], cp_size, cp_rank, device,
-                           {name: [values[i] for i in group] for name, values in fields.items()}, total)
+                           {name: [values[i] for i in group] for name, values in fields.items()}, total,
+                           None if routing is None else [routing[i] for i in group])
             for group, total in zip(groups, totals)]
 
 

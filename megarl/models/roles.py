@@ -54,10 +54,11 @@ class RoleModel:
         """A context in which the weights are on the GPU (for a caller reading `named_parameters` or a checkpoint)."""
         return self.state.weights_in_use()
 
-    def logprobs(self, sequences, micro_batches, temperature=1.0, with_entropy=False):
+    def logprobs(self, sequences, micro_batches, temperature=1.0, with_entropy=False, routing=None):
+        """`routing`: each sample's routed experts for the routers to replay (an actor built with router_replay)."""
         with self.weights_in_use():
             return compute_logprobs(self.chunks, sequences, micro_batches, self.blocks, temperature, with_entropy,
-                                    device=self.device)
+                                    device=self.device, routing=routing)
 
     def base_logprobs(self, sequences, micro_batches, temperature=1.0):
         """Log-probs under the model without its LoRA adapters: a LoRA actor's reference policy."""
@@ -148,8 +149,10 @@ def router_losses(megatron: MegatronConfig) -> dict:
 
 
 def _build(hf_path, megatron: MegatronConfig, *, trainable: bool, value_head: bool, bf16: bool,
-           load_weights: bool = True, lora: LoRAConfig | None = None):
+           load_weights: bool = True, lora: LoRAConfig | None = None, router_replay: bool = False):
     config_args = router_losses(megatron)
+    if router_replay:  # each MoE router gets megatron's RouterReplay (megarl/models/router_replay.py)
+        config_args["moe_enable_routing_replay"] = True
     if megatron.recompute_granularity is not None:
         config_args["recompute_granularity"] = megatron.recompute_granularity
         if megatron.recompute_granularity == "full":
@@ -178,12 +181,13 @@ def _build(hf_path, megatron: MegatronConfig, *, trainable: bool, value_head: bo
 
 def build_actor(hf_path, megatron: MegatronConfig, optim: OptimConfig, total_steps: int, bf16: bool = False,
                 load_weights: bool = True, lora: LoRAConfig | None = None, seed: int = 1,
-                blocks: CachedBlocks | None = None) -> RoleModel:
+                blocks: CachedBlocks | None = None, router_replay: bool = False) -> RoleModel:
     """The trained policy; `load_weights=False` keeps megatron's random initialisation (only `config.json` is
     read), for benchmarks of shapes whose weights would take long to write and read. With `lora` (a rank > 0) only
-    LoRA adapters train, drawn from `seed` the same in every parallel layout."""
+    LoRA adapters train, drawn from `seed` the same in every parallel layout. `router_replay`: its MoE routers can
+    replay given routing (R3)."""
     bridge, model = _build(hf_path, megatron, trainable=True, value_head=False, bf16=bf16, load_weights=load_weights,
-                           lora=lora)
+                           lora=lora, router_replay=router_replay)
     if bridge.adapter is not None:  # before the optimizer copies the weights into its fp32 master parameters
         init_adapters(named_adapters(model), seed)
     return _trained("actor", bridge, model, optim, megatron, total_steps, bf16, blocks)

@@ -10,6 +10,7 @@ data-parallel size × micro-batch count to undo exactly that.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Callable
 
 import torch
@@ -20,6 +21,7 @@ from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 from megarl.models import fallbacks
 from megarl.models.forward import CachedBlocks, run_schedule
 from megarl.models.packing import PackedBatch
+from megarl.models.router_replay import RoutingReplay
 
 LossFn = Callable[[torch.Tensor, PackedBatch], tuple[torch.Tensor, dict[str, torch.Tensor]]]
 
@@ -120,7 +122,9 @@ def train_step(model: list, optimizer, scheduler, batches: list[PackedBatch], lo
         chunk.train()
         chunk.zero_grad_buffer()
     optimizer.zero_grad()
-    run_schedule(model, batches, loss, forward_only=False, blocks=blocks)
+    replaying = any(batch.routed_experts is not None for batch in batches)  # router replay (R3)
+    with RoutingReplay(model) if replaying else nullcontext() as replay:
+        run_schedule(model, batches, loss, forward_only=False, blocks=blocks, replay=replay)
     update_successful, grad_norm, _ = optimizer.step()
     if update_successful:
         scheduler.step(increment=1)

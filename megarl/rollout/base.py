@@ -18,6 +18,8 @@ from megarl.registry import Registry
 from parallel.controller import RecoverableError
 
 if TYPE_CHECKING:  # the config's validator imports this registry
+    import torch
+
     from megarl.config.schema import RolloutConfig
 
 ROLLOUT_BACKENDS: Registry[type] = Registry("rollout backend")
@@ -77,6 +79,9 @@ class Response:
     # max_turns or max_tokens
     loss_mask: Optional[list[int]] = None  # multi-turn: 1 on the model's tokens, 0 on tool tokens; None: all the model's
     agent: Optional[AgentStats] = None  # multi-turn only
+    # With the engine's routing recorded (router replay, R3): the experts each token it forwarded went to,
+    # [prompt + response − 1, MoE layers, top-k] int (the last sampled token is never forwarded)
+    routed_experts: Optional[torch.Tensor] = None
 
 
 OnResponse = Callable[[int, int, Response], None]
@@ -143,10 +148,11 @@ class RolloutEngine(ABC):
     @classmethod
     @abstractmethod
     def from_config(cls, rollout: RolloutConfig, model_path: str, *, engine_ranks: Sequence[int], group,
-                    local_devices: Sequence[int], hf_config, seed: int) -> RolloutEngine:
+                    local_devices: Sequence[int], hf_config, seed: int, **options: Any) -> RolloutEngine:
         """The engine of the recipe's `rollout` section serving the model at `model_path`, on `engine_ranks`
         (training ranks, engine-rank order; `local_devices`: their CUDA device indices), `group` being a gloo
-        group of those ranks (None for one)."""
+        group of those ranks (None for one). `options`: `record_routing=True` (router replay, R3) asks for each
+        response's `routed_experts`; it is passed only then, so an engine without routing need not take it."""
 
     @property
     @abstractmethod

@@ -12,7 +12,8 @@ from typing import Any, Sequence
 
 import torch
 
-from megarl.columns import AGENT_STATS, FINISH_REASON, PROMPT_IDS, RESPONSE_MASK, RESPONSES, REWARD_MODEL, ROLLOUT_LOG_PROBS, UID
+from megarl.columns import (AGENT_STATS, FINISH_REASON, PROMPT_IDS, RESPONSE_MASK, RESPONSES, REWARD_MODEL,
+                            ROLLOUT_LOG_PROBS, ROUTED_EXPERTS, UID)
 from megarl.rollout.base import Response
 from parallel.batch import Batch
 
@@ -59,5 +60,7 @@ def with_responses(prompts: Batch, responses: Sequence[Sequence[Response]], widt
     fields: dict[str, list] = {FINISH_REASON: [r.finish_reason for r in flat]}
     if flat and flat[0].agent is not None:
         fields[AGENT_STATS] = [r.agent for r in flat]
+    if flat and flat[0].routed_experts is not None:
+        fields[ROUTED_EXPERTS] = [r.routed_experts for r in flat]
     columns = Batch({RESPONSES: tokens, RESPONSE_MASK: mask, ROLLOUT_LOG_PROBS: logprobs}, fields)
     return prompts.repeat(n.pop()).union(columns)

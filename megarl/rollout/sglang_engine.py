@@ -28,6 +28,7 @@ from megarl.models.hf_names import hf_expert
 from megarl.models.shapes import heads_split_problem
 from megarl.rollout.base import (KV_CACHE, MEMORY_TAGS, ROLLOUT_BACKENDS, EngineDied, OnResponse, Response,
                                  RolloutEngine, SamplingParams)
+from megarl.rollout.routing import decode_sglang_routing
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # what megarl stops on (megarl/recipe_command.py)
 SGLANG_VOCAB_PADDING = 64  # SGLang pads the vocabulary to this multiple before splitting it over TP ranks
@@ -80,11 +81,13 @@ def sigquit_handler(engine: SGLangEngine) -> Callable:
 class SGLangEngine(RolloutEngine):
     def __init__(self, model_path: str, *, engine_ranks: Sequence[int], local_devices: Sequence[int], group=None,
                  vocab_size: int, num_kv_heads: int, mem_fraction_static: float = 0.5, dtype: str = "bfloat16",
-                 seed: int = 0, engine_kwargs: dict[str, Any] | None = None):
+                 seed: int = 0, engine_kwargs: dict[str, Any] | None = None,
+                 routing_shape: tuple[int, int] | None = None):
         """`local_devices[i]`: the CUDA device index (as this process counts them) of engine rank i's GPU; `group`:
-        a gloo group of `engine_ranks`, over which the other ranks hand their IPC handles to the owner."""
+        a gloo group of `engine_ranks`, over which the other ranks hand their IPC handles to the owner.
+        `routing_shape`: (layers, experts per token) of a model whose routing each response returns (R3)."""
         super().__init__()
-        self.engine_ranks, self.group = list(engine_ranks), group
+        self.engine_ranks, self.group, self.routing_shape = list(engine_ranks), group, routing_shape
         tp = len(self.engine_ranks)
         if vocab_size % SGLANG_VOCAB_PADDING:
             raise ValueError(f"vocab size {vocab_size} is not a multiple of {SGLANG_VOCAB_PADDING}: SGLang's "
@@ -108,6 +111,8 @@ class SGLangEngine(RolloutEngine):
                 dtype=dtype, random_seed=seed, port=free_port(), log_level="error",
                 custom_sigquit_handler=sigquit_handler(self),
             )
+            if routing_shape is not None:
+                args["enable_return_routed_experts"] = True
             args.update(engine_kwargs or {})
             # Under torchrun this variable makes every process group rendezvous through torchrun's store, which
             # the engine's scheduler processes cannot reach: they would wait for it forever.
@@ -185,13 +190,15 @@ class SGLangEngine(RolloutEngine):
 
     @classmethod
     def from_config(cls, rollout, model_path, *, engine_ranks, group, local_devices, hf_config,
-                    seed) -> SGLangEngine:
+                    seed, record_routing: bool = False) -> SGLangEngine:
         """Engine arguments from the recipe: `rollout.gpu_memory_utilization` is SGLang's mem_fraction_static,
         `rollout.engine_kwargs` pass through (attention_backend, cuda_graph_max_bs_decode, ...)."""
         return cls(model_path, engine_ranks=engine_ranks, local_devices=local_devices, group=group,
                    vocab_size=hf_config.vocab_size, num_kv_heads=hf_config.num_key_value_heads,
                    mem_fraction_static=rollout.gpu_memory_utilization, seed=seed,
-                   engine_kwargs=dict(rollout.engine_kwargs))
+                   engine_kwargs=dict(rollout.engine_kwargs),
+                   routing_shape=(hf_config.num_hidden_layers, hf_config.num_experts_per_tok) if record_routing
+                   else None)
 
     @property
     def is_owner(self) -> bool:
@@ -278,14 +285,20 @@ class SGLangEngine(RolloutEngine):
             requests = [list(p) for p in prompts for _ in range(params.n)]
             per_request = [{**sampling, "sampling_seed": params.seed + i} for i in range(len(requests))]
             with self._engine_call():
-                outputs = self.engine.generate(input_ids=requests, sampling_params=per_request, return_logprob=True)
-            responses = [_response(out) for out in outputs]
+                outputs = self.engine.generate(input_ids=requests, sampling_params=per_request, return_logprob=True,
+                                               **self._routing_request())
+            responses = [_response(out, self.routing_shape) for out in outputs]
         else:
             with self._engine_call():
                 outputs = self.engine.generate(input_ids=[list(p) for p in prompts],
-                                               sampling_params={**sampling, "n": params.n}, return_logprob=True)
-            responses = [_response(out) for out in outputs]
+                                               sampling_params={**sampling, "n": params.n}, return_logprob=True,
+                                               **self._routing_request())
+            responses = [_response(out, self.routing_shape) for out in outputs]
         return [responses[i * params.n : (i + 1) * params.n] for i in range(len(prompts))]
+
+    def _routing_request(self) -> dict[str, Any]:
+        """A request's arguments for its routed experts over the whole sequence (start 0: the prompt's too)."""
+        return {"return_routed_experts": True} if self.routing_shape is not None else {}
 
     @staticmethod
     def _sampling(params: SamplingParams) -> dict[str, Any]:
@@ -301,8 +314,8 @@ class SGLangEngine(RolloutEngine):
         async def one(i: int, k: int) -> Response:
             per_request = sampling if seed is None else {**sampling, "sampling_seed": seed + i * n + k}
             output = await self.engine.async_generate(input_ids=list(prompts[i]), sampling_params=per_request,
-                                                      return_logprob=True)
-            response = _response(output)
+                                                      return_logprob=True, **self._routing_request())
+            response = _response(output, self.routing_shape)
             on_response(i, k, response)
             return response
 
@@ -324,8 +337,8 @@ class SGLangEngine(RolloutEngine):
         sampling = {**self._sampling(params), **({"sampling_seed": params.seed} if self.deterministic
                                                  and params.seed is not None else {})}
         output = await self.engine.async_generate(input_ids=list(prompt), sampling_params=sampling,
-                                                  return_logprob=True)
-        return _response(output)
+                                                  return_logprob=True, **self._routing_request())
+        return _response(output, self.routing_shape)
 
     def next_token_logprobs(self, prompts: Sequence[Sequence[int]], token_ids: Sequence[int]) -> list[list[float]]:
         """One token generated per prompt at temperature 1 (so the log-probs are the untempered distribution's) with
@@ -364,16 +377,12 @@ class SGLangEngine(RolloutEngine):
         self.engine = None
 
 
-def _response(output: dict) -> Response:
+def _response(output: dict, routing_shape: tuple[int, int] | None = None) -> Response:
     meta = output["meta_info"]
     reason = meta["finish_reason"]["type"]
     if reason not in ("stop", "length"):
         raise RuntimeError(f"SGLang aborted a request: {meta['finish_reason']}")
-    return Response(list(output["output_ids"]), [lp for lp, _, _ in meta["output_token_logprobs"]], reason)
+    routed = None if routing_shape is None else decode_sglang_routing(meta, routing_shape)
+    return Response(list(output["output_ids"]), [lp for lp, _, _ in meta["output_token_logprobs"]], reason,
+                    routed_experts=routed)
 
-
-def _first_token_logprobs(output: dict, token_ids: list[int]) -> list[float]:
-    """SGLang's `output_token_ids_logprobs` of the first output position, (logprob, token id, text) each, in the
-    order of `token_ids`."""
-    by_id = {token: logprob for logprob, token, *_ in output["meta_info"]["output_token_ids_logprobs"][0]}
-    return [by_id[token] for token in token_ids]

@@ -5,6 +5,7 @@ with no padding, so positions and log-probs are exactly the unpadded sequence's.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 import torch
@@ -33,9 +34,11 @@ def model_tensor(params: dict[str, torch.Tensor], name: str) -> torch.Tensor:
 @ROLLOUT_BACKENDS.register("transformers")
 class TransformersEngine(RolloutEngine):
     def __init__(self, model_path: str, *, engine_ranks: Sequence[int] = (0,), group=None,
-                 dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
+                 dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu", record_routing: bool = False):
+        """`record_routing`: each response carries its `routed_experts` (router replay, R3)."""
         super().__init__()
         self.engine_ranks, self.group, self.device = list(engine_ranks), group, torch.device(device)
+        self.record_routing = record_routing
         rank = dist.get_rank() if dist.is_initialized() else engine_ranks[0]
         self.model = None
         if rank == self.engine_ranks[0]:
@@ -47,11 +50,11 @@ class TransformersEngine(RolloutEngine):
 
     @classmethod
     def from_config(cls, rollout, model_path, *, engine_ranks, group, local_devices, hf_config,
-                    seed) -> TransformersEngine:
+                    seed, record_routing: bool = False) -> TransformersEngine:
         cuda = torch.cuda.is_available()
         return cls(model_path, engine_ranks=engine_ranks, group=group,
                    dtype=torch.bfloat16 if cuda else torch.float32,
-                   device=f"cuda:{local_devices[0]}" if cuda else "cpu")
+                   device=f"cuda:{local_devices[0]}" if cuda else "cpu", record_routing=record_routing)
 
     @property
     def is_owner(self) -> bool:
@@ -124,13 +127,28 @@ class TransformersEngine(RolloutEngine):
                     logits = logits / params.temperature
                 logprobs = torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
                 responses = [_response(t.tolist(), lp.tolist(), stops) for t, lp in zip(tokens, logprobs)]
+                if self.record_routing:
+                    responses = [replace(r, routed_experts=self.routed_experts([*prompt, *r.token_ids]))
+                                 for r in responses]
                 if params.greedy:  # HF samples one greedy sequence; SGLang returns n equal ones
-                    responses = [Response(list(r.token_ids), list(r.logprobs), r.finish_reason)
+                    responses = [replace(r, token_ids=list(r.token_ids), logprobs=list(r.logprobs))
                                  for r in responses for _ in range(params.n)]
                 results.append(responses)
                 for k, response in enumerate(responses if on_response is not None else ()):
                     on_response(i, k, response)
         return results
+
+    def routed_experts(self, sequence: Sequence[int]) -> torch.Tensor:
+        """[len(sequence) − 1, MoE layers, top-k]: the experts HF's router picks for each token but the last (which
+        generation never forwards): the top-k of its softmax over the router's logits, as Qwen3-MoE's block routes
+        (`norm_topk_prob` rescales the weights, not the choice). One forward over the whole sequence: generation
+        forwarded the prompt at once and each sampled token after it against the cache, the same hidden states but
+        for float rounding, which could flip a near tie."""
+        ids = torch.tensor([list(sequence[:-1])], device=self.device)
+        out = self.model(ids, attention_mask=torch.ones_like(ids), output_router_logits=True)
+        top_k = self.model.config.num_experts_per_tok
+        per_layer = [torch.softmax(logits.float(), dim=-1).topk(top_k, dim=-1).indices for logits in out.router_logits]
+        return torch.stack(per_layer, dim=1).to(torch.int32).cpu()
 
     def next_token_logprobs(self, prompts: Sequence[Sequence[int]], token_ids: Sequence[int]) -> list[list[float]]:
         if not self.is_owner:

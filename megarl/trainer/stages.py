@@ -17,7 +17,8 @@ from megarl.columns import (ACC, ADVANTAGES, AGENT_STATS, DATA_SOURCE, EXTRA_INF
                             JUDGE_OUTPUT, JUDGE_PARSED, JUDGE_SCORES, OLD_LOG_PROBS, OVERLONG_PENALTY, PRED, PROMPT_IDS,
                             REF_LOG_PROB, RESPONSE_MASK, RESPONSES, RETURNS, REWARD_BASELINES, REWARD_MODEL,
                             REWARD_OUTCOME, RM_SCORES, ROLLOUT_IS_WEIGHTS, ROLLOUT_LOG_PROBS, ROLLOUT_RS_MASK,
-                            RULE_SCORES, TOKEN_LEVEL_REWARDS, TOKEN_LEVEL_SCORES, UID, VALUES, response_lengths, stage)
+                            ROUTING_FLIPS, RULE_SCORES, TOKEN_LEVEL_REWARDS, TOKEN_LEVEL_SCORES, UID, VALUES,
+                            response_lengths, stage)
 from megarl.config.schema import AlgorithmConfig, JudgeConfig, OverlongBufferConfig, RolloutCorrectionConfig
 from megarl.rewards.scorer import RewardResult
 from megarl.rollout.batch import ground_truths, rule_scored
@@ -217,6 +218,8 @@ def data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
     if OVERLONG_PENALTY in batch:
         metrics["reward/overlong_penalty/mean"] = batch[OVERLONG_PENALTY].mean().item()
         metrics["reward/overlong_ratio"] = (batch[OVERLONG_PENALTY] < 0).float().mean().item()
+    if ROUTING_FLIPS in batch:  # router replay (R3): the trainer's own routing against the engine's
+        metrics["rollout/routing_flip_frac"] = batch[ROUTING_FLIPS].mean().item()
     if AGENT_STATS in batch:
         metrics.update(agent_metrics(batch))
     return metrics

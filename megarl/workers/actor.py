@@ -12,7 +12,7 @@ from megatron.core import parallel_state
 from megarl.algorithms import POLICY_LOSSES, kl_penalty, token_weights
 from megarl.columns import (ADVANTAGES, ENTROPYS, OLD_LOG_PROBS, PROMPT_IDS, PTX_PROMPT_IDS, PTX_RESPONSE_MASK,
                             PTX_RESPONSES, REF_LOG_PROB, RESPONSE_MASK, RESPONSES, ROLLOUT_IS_WEIGHTS, ROLLOUT_RS_MASK,
-                            SEQUENCES, stage)
+                            ROUTED_EXPERTS, ROUTING_FLIPS, SEQUENCES, stage)
 from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
 from megarl.models.roles import build_actor
 from megarl.workers import TrainedWorker, join_mesh
@@ -31,21 +31,37 @@ class ActorWorker(TrainedWorker):
         self.inputs = inputs
         self.model = build_actor(inputs.model.path, inputs.model.megatron, inputs.optim, inputs.total_steps,
                                  bf16=torch.cuda.is_available(), lora=inputs.lora, seed=inputs.model.seed,
-                                 blocks=beside.model.blocks if beside else None)
+                                 blocks=beside.model.blocks if beside else None, router_replay=inputs.router_replay)
 
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
-    @stage(reads=SEQUENCES, writes=(OLD_LOG_PROBS,), may_write=(ENTROPYS,))
+    @stage(reads=SEQUENCES, writes=(OLD_LOG_PROBS,), reads_if_present=(ROUTED_EXPERTS,),
+           may_write=(ENTROPYS, ROUTING_FLIPS))
     def compute_log_prob(self, batch: Batch) -> Batch:
         """`old_log_probs` [B, R] of the responses under the current policy, at the rollout temperature (and the
-        next-token distribution's `entropys` [B, R] with `log_prob_entropy`)."""
+        next-token distribution's `entropys` [B, R] with `log_prob_entropy`). With router replay, under the engine's
+        routing, and `routing_flips` [B]: how often the actor's routers would have chosen otherwise."""
         seqs = sequences(batch)
         groups = self.inputs.log_prob.split([len(s) for s in seqs])
         entropy = self.inputs.log_prob_entropy
-        computed = self.model.logprobs(seqs, groups, temperature=self.inputs.temperature, with_entropy=entropy)
+        routing = self._routing(batch)
+        computed = self.model.logprobs(seqs, groups, temperature=self.inputs.temperature, with_entropy=entropy,
+                                       routing=routing)
         columns = {OLD_LOG_PROBS: response_values(batch, computed["logprobs"])}
         if entropy:
             columns[ENTROPYS] = response_values(batch, computed["entropy"])
+        if routing is not None:
+            columns[ROUTING_FLIPS] = torch.stack([flips.float().sum() / flips.numel() / r.shape[1]
+                                                  for flips, r in zip(computed["routing_flips"], routing)]).cpu()
         return Batch(columns)
+
+    def _routing(self, batch: Batch) -> list[torch.Tensor] | None:
+        """The engine's routing of each sample, where this actor replays it (R3)."""
+        if not self.inputs.router_replay:
+            return None
+        if ROUTED_EXPERTS not in batch:
+            raise RuntimeError("actor.router_replay.mode=R3, but the rollout engine returned no routed experts: its "
+                               "backend must record them (RolloutEngine.from_config's record_routing)")
+        return list(batch[ROUTED_EXPERTS])
 
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
     @stage(reads=SEQUENCES, writes=(REF_LOG_PROB,))
@@ -64,7 +80,7 @@ class ActorWorker(TrainedWorker):
     @worker_method(Dispatch.DP_SPLIT, Collect.AGREED)
     @stage(reads=(*SEQUENCES, OLD_LOG_PROBS, ADVANTAGES),
            reads_if_present=(REF_LOG_PROB, ROLLOUT_IS_WEIGHTS, ROLLOUT_RS_MASK, PTX_PROMPT_IDS, PTX_RESPONSES,
-                             PTX_RESPONSE_MASK))
+                             PTX_RESPONSE_MASK, ROUTED_EXPERTS))
     def update_actor(self, batch: Batch) -> dict[str, float]:
         """PPO epochs over this rank's part in mini-batches (one optimizer step each) of micro-batches; needs
         `old_log_probs`, `advantages` (and `ref_log_prob` with a KL loss; `ptx_prompt_ids`, `ptx_responses`,
@@ -82,7 +98,7 @@ class ActorWorker(TrainedWorker):
             fields[ROLLOUT_IS_WEIGHTS] = part[ROLLOUT_IS_WEIGHTS]
         # Rejected tokens (rollout correction) leave the loss and its denominators.
         mask = part[RESPONSE_MASK] * part[ROLLOUT_RS_MASK] if ROLLOUT_RS_MASK in part else None
-        packed, tokens = pack_mini_batch(part, fields, self.inputs.update, device, mask)
+        packed, tokens = pack_mini_batch(part, fields, self.inputs.update, device, mask, self._routing(part))
         if loss.ptx_coef > 0:
             packed += self._ptx_micro_batches(part, device)
         policy_loss = POLICY_LOSSES.get(loss.name)

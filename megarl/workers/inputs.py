@@ -91,6 +91,7 @@ class ActorInputs:
     log_prob_entropy: bool = False  # the log-prob pass also returns per-token `entropys` (for the sample logs)
     lora: Optional[LoRAConfig] = None  # None: full fine-tuning
     reference_log_prob: Optional[MicroBatching] = None  # a LoRA actor serves as the reference: its batching
+    router_replay: bool = False  # R3: its passes replay the engine's routing (the batch's `routed_experts`)
 
 
 @dataclass(frozen=True)
@@ -167,6 +168,7 @@ class RolloutInputs:
     streaming_reward: Optional[StreamingReward] = None  # rollout.mode=async
     own_pool: bool = False  # rollout.enable_resource_pool: engines on GPUs of their own
     agent: Optional[AgentInputs] = None  # multi-turn rollouts
+    record_routing: bool = False  # each response's routed experts, for the actor to replay (router replay, R3)
 
 
 @dataclass(frozen=True)
@@ -218,7 +220,8 @@ def actor_inputs(cfg: MegaRLConfig, total_steps: int) -> ActorInputs:
                       actor.log_prob_max_token_len_per_gpu),
         _update_schedule(actor, cfg.rollout.n, cfg.data.max_response_length), PolicyLoss.of(actor),
         cfg.trainer.samples_logged, actor.lora if actor.lora.rank else None,
-        _reference_log_prob(cfg) if cfg.use_reference and not cfg.reference_model else None)
+        _reference_log_prob(cfg) if cfg.use_reference and not cfg.reference_model else None,
+        actor.router_replay.replays_rollout)
 
 
 def critic_inputs(cfg: MegaRLConfig, total_steps: int) -> CriticInputs:
@@ -267,7 +270,7 @@ def rollout_inputs(cfg: MegaRLConfig) -> RolloutInputs:
                  if cfg.rollout.mode == "async" else None)
     return RolloutInputs(cfg.model.path, cfg.actor.megatron.tensor_model_parallel_size, cfg.rollout,
                          cfg.data.max_response_length, cfg.trainer.seed, streaming, cfg.rollout.enable_resource_pool,
-                         agent_inputs(cfg))
+                         agent_inputs(cfg), cfg.actor.router_replay.replays_rollout)
 
 
 def agent_inputs(cfg: MegaRLConfig) -> Optional[AgentInputs]:

@@ -18,7 +18,7 @@ import torch.distributed as dist
 from megarl.agent import AgentLoop, ToolContext, build_tools
 from megarl.columns import (AGENT_STATS, DATA_SOURCE, EXTRA_INFO, FINISH_REASON, JUDGE_AFTER_GEN_S, PROMPT_IDS,
                             RAW_PROMPT, RESPONSE_MASK, RESPONSES, REWARD_MODEL, REWARD_OUTCOME, ROLLOUT_LOG_PROBS,
-                            stage)
+                            ROUTED_EXPERTS, stage)
 from megarl.models.bridge import load_hf_config
 from megarl.models.to_hf import hf_converter
 from megarl.models.tokenizer import load_tokenizer
@@ -79,9 +79,11 @@ class RolloutWorker(Worker):
     def _build_engine(self) -> RolloutEngine:
         """This rank's part of its engine, its memory released."""
         slot, inputs = self.placement.slot, self.inputs
+        options = {"record_routing": True} if inputs.record_routing else {}
         engine = rollout_backend(inputs.rollout.name).from_config(
             inputs.rollout, self.model_path, engine_ranks=slot.engine_ranks, group=self.placement.group,
-            local_devices=self.placement.local_devices, hf_config=self.hf_config, seed=inputs.seed + slot.engine)
+            local_devices=self.placement.local_devices, hf_config=self.hf_config, seed=inputs.seed + slot.engine,
+            **options)
         engine.release_memory(MEMORY_TAGS)
         return engine
 
@@ -109,7 +111,7 @@ class RolloutWorker(Worker):
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
     @stage(reads=(PROMPT_IDS,), writes=(RESPONSES, RESPONSE_MASK, ROLLOUT_LOG_PROBS, FINISH_REASON),
            reads_if_present=(DATA_SOURCE, REWARD_MODEL, EXTRA_INFO, RAW_PROMPT),
-           may_write=(REWARD_OUTCOME, AGENT_STATS, *JUDGED, JUDGE_AFTER_GEN_S))
+           may_write=(REWARD_OUTCOME, AGENT_STATS, *JUDGED, JUDGE_AFTER_GEN_S, ROUTED_EXPERTS))
     def generate(self, prompts: Batch, validate: bool = False, greedy: bool = False,
                  seed: int | None = None) -> Batch | None:
         """Responses to this engine's share of `prompts` (`prompt_ids` column): rollout.n each, the validation

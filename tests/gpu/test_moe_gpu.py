@@ -1,7 +1,8 @@
 """GPU (two GPUs, SGLang rollout): GRPO on a small random-weight Qwen3-MoE (8 experts, 2 per token) with its experts
 split over both GPUs (`actor.megatron.expert_model_parallel_size=2`, megatron's all-to-all token dispatcher), each
 GPU's SGLang engine serving the whole model, every expert streamed to it from the GPU that holds it; the engine's
-log-probs agree with the trainer's each step (rollout/logprob_mult_error, bf16). Skipped on one GPU.
+log-probs agree with the trainer's each step (rollout/logprob_mult_error, bf16); the same run again with router replay
+(`actor.router_replay.mode=R3`), its mismatch and routing flips in the row beside the first's. Skipped on one GPU.
 
 Two failures came before the pass: SGLang's `direct` weight load copies by parameter name and its FusedMoE layers
 have no per-expert names (the experts go through the model's own loader, megarl/rollout/sglang_engine.py), and
@@ -24,26 +25,37 @@ VARIED_REWARD = "def compute_score(data_source, solution_str, ground_truth, extr
                 "    return sum(map(ord, solution_str)) % 7 / 7\n"
 
 
-def test_grpo_with_experts_split_over_two_gpus_on_sglang(tmp_path):
-    root = write_tiny_rl_setup(tmp_path / "setup")
+def moe_setup(root):
+    write_tiny_rl_setup(root)
     tokenizer = make_tokenizer(root / "model")
     make_model("qwen3_moe", root / "model", vocab_size=512, hidden_size=256, num_attention_heads=4,
                num_key_value_heads=2, head_dim=64, num_experts=8, moe_intermediate_size=256,
                eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     (root / "reward.py").write_text(VARIED_REWARD)
-    out = tmp_path / "run"
+    return root
+
+
+def grpo(root, out, *extra: str) -> list[dict]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
            "-m", "megarl.train",
            *overrides(root, out, "algorithm.adv_estimator=grpo", f"reward.function={root / 'reward.py'}:compute_score",
                       "trainer.total_training_steps=4", "actor.megatron.expert_model_parallel_size=2",
                       "data.train_batch_size=4", "rollout.n=4", "data.max_response_length=32",
                       "rollout.max_logprob_mult_error=1.2",
-                      *SGLANG)]
+                      *SGLANG, *extra)]
     proc = run_command(cmd, timeout=480, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    steps = read_metrics(out)
-    assert len(steps) == 4
-    for step in steps:
+    return read_metrics(out)
+
+
+def test_grpo_with_experts_split_over_two_gpus_on_sglang(tmp_path):
+    """The run without and with router replay (R3: the trainer routes each token to the experts SGLang chose),
+    the train–inference mismatch of each in the row."""
+    root = moe_setup(tmp_path / "setup")
+    steps = grpo(root, tmp_path / "run")
+    replayed = grpo(root, tmp_path / "r3", "actor.router_replay.mode=R3")
+    assert len(steps) == len(replayed) == 4
+    for step in steps + replayed:
         assert step["rollout/logprob_mult_error"] < 1.05 and step["actor/grad_norm"] > 0
     record_gpu_row("moe_gpu.json", {
         "what": "moe-grpo-ep2", "dtype": "bf16", "backend": "sglang",
@@ -51,5 +63,7 @@ def test_grpo_with_experts_split_over_two_gpus_on_sglang(tmp_path):
         "model_shape": "qwen3_moe: 2 layers, hidden 256, 8 experts (2 per token), expert width 256",
         "random_init": True, "expert_model_parallel_size": 2,
         **{key: [s[key] for s in steps] for key in ("timing_s/step", "timing_s/gen", "timing_s/update_actor",
-                                                      "timing_s/update_weights", "rollout/logprob_mult_error")}},
+                                                      "timing_s/update_weights", "rollout/logprob_mult_error")},
+        **{f"router_replay_r3/{key}": [s[key] for s in replayed]
+           for key in ("timing_s/step", "rollout/logprob_mult_error", "rollout/routing_flip_frac")}},
         gpus_used=2)

@@ -5,7 +5,7 @@ actor's experts reach the engine (each broadcast from the rank that holds it) af
 in length, so the two ranks' micro-batches do too (padded to the same tokens for the CPU's all-gather dispatcher).
 The router's load-balancing and z losses (`moe_aux_loss_coeff`, `moe_z_loss_coeff`) change the first step's
 gradients from the same samples. Resumed from its step-2 checkpoint (each rank's experts saved and loaded under
-their global numbers), the split run's step 3 comes out the same."""
+their global numbers), the split run's step 3 comes out the same. Router replay (R3) trains on the engine's routing."""
 
 import re
 import sys
@@ -89,3 +89,16 @@ def test_a_split_run_resumes_from_its_checkpoint_to_the_same_step(moe_setup, spl
     assert [m["step"] for m in resumed] == [3]
     compared = {key: value for key, value in split[2].items() if not key.startswith(WALL_CLOCK)}
     assert {key: resumed[0][key] for key in compared} == compared
+
+
+def test_router_replay_runs_grpo_on_the_engines_routing(moe_setup, split, tmp_path):
+    """R3 over EP 2, with full recompute (the update's routers run again in the backward). The engine holds the
+    actor's weights: the same samples, the old-log-prob pass under the engine's routing gives the engine's log-probs,
+    and the actor's routers agree with the engine's. (The step's second mini-batch trains on the rollout's routing
+    after the first one's update changed the routers, so the losses differ from the run without replay.)"""
+    replayed = grpo(moe_setup, tmp_path / "r3", 2, "trainer.total_training_steps=1", "actor.router_replay.mode=R3",
+                    "actor.megatron.recompute_granularity=full")
+    assert replayed[0]["critic/score/mean"] == split[0]["critic/score/mean"]
+    assert replayed[0]["rollout/logprob_mult_error"] == pytest.approx(1.0, abs=1e-5)
+    assert replayed[0]["rollout/routing_flip_frac"] == pytest.approx(0.0, abs=0.02)
+    assert replayed[0]["actor/ppo_kl"] != 0 and 0 < replayed[0]["actor/grad_norm"] < float("inf")
