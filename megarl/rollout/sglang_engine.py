@@ -386,3 +386,9 @@ def _response(output: dict, routing_shape: tuple[int, int] | None = None) -> Res
     return Response(list(output["output_ids"]), [lp for lp, _, _ in meta["output_token_logprobs"]], reason,
                     routed_experts=routed)
 
+
+def _first_token_logprobs(output: dict, token_ids: list[int]) -> list[float]:
+    """SGLang's `output_token_ids_logprobs` of the first output position, (logprob, token id, text) each, in the
+    order of `token_ids`."""
+    by_id = {token: logprob for logprob, token, *_ in output["meta_info"]["output_token_ids_logprobs"][0]}
+    return [by_id[token] for token in token_ids]
