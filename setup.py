@@ -62,5 +62,5 @@ setup(
     package_data={"megarl": ["py.typed"], "megarl.view": ["*.js", "*.css"]},
     install_requires=install_requires,
     extras_require=extras_require,
-    entry_points={"console_scripts": ["megarl = megarl.cli:main"]},
+    entry_points={"console_scripts": ["megarl = megarl.cli:console"]},
 )

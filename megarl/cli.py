@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import Sequence
+from typing import NoReturn, Sequence
+
+from megarl.process_exit import exit_process
 
 PREPROCESS_OPTIONS = ("data_source", "question_key", "solution_key", "instruction")
 # The bundled tasks `megarl preprocess` generates: module, writer (imported when chosen: the CLI starts fast).
@@ -77,5 +79,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     return importlib.import_module(COMMANDS[command][0]).main(rest)
 
 
+def console() -> NoReturn:
+    """The `megarl` console script (setup.py)."""
+    exit_process(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

@@ -4,7 +4,6 @@ ranked responses (InstructGPT's second stage). It writes a HF sequence-classific
 
 from __future__ import annotations
 
-import sys
 from functools import partial
 from typing import Sequence
 
@@ -12,6 +11,7 @@ from megarl.config import RM_RECIPE, check_inputs_exist
 from megarl.config.rm_schema import RMConfig
 from megarl.data.ranking_dataset import RankingColumns, check_ranking_file
 from megarl.models.tokenizer import load_tokenizer
+from megarl.process_exit import exit_process
 from megarl.recipe_command import run_recipe_command
 from megarl.trainer.scaffold import saved_at_end
 from parallel.controller import WorkerError, resolve_launcher
@@ -41,4 +41,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

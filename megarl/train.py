@@ -13,6 +13,7 @@ from megarl.models.tokenizer import load_tokenizer
 from megarl.placement import describe_placement
 from megarl.plan import check_memory
 from megarl.plan.machine import gpu_memory_gib
+from megarl.process_exit import exit_process
 from megarl.recipe_command import run_recipe_command
 from megarl.rewards.function import RewardFunctionSpecError, load_reward_function
 from megarl.rewards.scorer import RewardFunctionError
@@ -88,4 +89,4 @@ def main(argv: Sequence[str] | None = None, gpu_gib: float | None = None) -> int
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

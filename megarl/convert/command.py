@@ -12,6 +12,7 @@ from typing import Sequence
 from megarl.convert.recipe_yaml import recipe_yaml
 from megarl.convert.shell import ScriptError, VerlCommand, read_script
 from megarl.convert.translate import Conversion, convert
+from megarl.process_exit import exit_process
 
 
 def read_command(source: str, args: Sequence[str]) -> VerlCommand:
@@ -67,4 +68,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 
 from megarl.config.schema import MegatronConfig
+from megarl.process_exit import exit_process
 
 
 def _random_sequences(vocab: int, count: int, length: int, seed: int) -> list[torch.Tensor]:
@@ -94,4 +95,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

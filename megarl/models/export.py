@@ -16,6 +16,7 @@ import torch.distributed as dist
 from safetensors.torch import save_file
 
 from megarl.config.schema import MegatronConfig
+from megarl.process_exit import exit_process
 
 SHARD_BYTES = 4 * 1024**3
 
@@ -145,4 +146,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -8,7 +8,6 @@ prompts; the real shapes get a small byte-level BPE vocabulary with Qwen's ChatM
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -17,6 +16,7 @@ import torch
 from megarl.data import arithmetic, products
 from megarl.models.shapes import SHAPES, hf_config
 from megarl.models.tokenizer import CHATML_TEMPLATE, DEFAULT_CORPUS, PLAIN_TEMPLATE, build_tokenizer
+from megarl.process_exit import exit_process
 
 
 TINY_TASKS = ("arithmetic", "products")  # the bundled tasks a tiny model's tokenizer is made for
@@ -83,4 +83,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -17,6 +17,7 @@ from megarl.plan.inputs import plan_inputs
 from megarl.plan.machine import gpu_memory_gib, host_memory_gib
 from megarl.plan.phases import plan_memory
 from megarl.plan.report import render
+from megarl.process_exit import exit_process
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -55,4 +56,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from megarl.process_exit import exit_process
 from megarl.view.page import build_page
 from megarl.view.run_data import RunDirError, read_run
 from megarl.view.server import make_server
@@ -74,4 +75,4 @@ def serve(run_dir: str, port: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

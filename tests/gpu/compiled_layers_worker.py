@@ -14,6 +14,7 @@ from torch._dynamo.utils import counters
 from megarl.config.schema import MegatronConfig, OptimConfig
 from megarl.models.packing import pack_micro_batches
 from megarl.models.roles import build_actor, build_critic, build_reference
+from megarl.process_exit import exit_process
 from parallel import topology
 
 
@@ -66,4 +67,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    exit_process(main())

@@ -15,6 +15,7 @@ from megarl.config.schema import MegatronConfig, OptimConfig
 from megarl.models.checkpoint import load_model_checkpoint, save_model_checkpoint
 from megarl.models.packing import pack_sequences
 from megarl.models.roles import build_actor, build_reference
+from megarl.process_exit import exit_process
 from parallel import topology
 
 BATCHES = []
@@ -85,4 +86,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    exit_process(main())

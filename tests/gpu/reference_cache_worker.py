@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from megarl.config import load_config
+from megarl.process_exit import exit_process
 from megarl.rollout.base import Response
 from megarl.rollout.batch import prompt_batch, with_responses
 from megarl.workers.inputs import reference_inputs
@@ -44,4 +45,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    exit_process(main())

@@ -23,6 +23,7 @@ from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
 from megarl.models.packing import pack_sequences
 from megarl.models.roles import build_actor
 from megarl.models.to_hf import AttentionShape, megatron_to_hf
+from megarl.process_exit import exit_process
 from megarl.rollout import SamplingParams
 from megarl.rollout.gates import logprob_agreement
 from megarl.rollout.sglang_engine import SGLangEngine
@@ -243,4 +244,4 @@ def measure_baseline(actor, engine, repeats: int) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    exit_process(main())

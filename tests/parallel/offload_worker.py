@@ -11,6 +11,7 @@ import torch
 from megarl.config.schema import MegatronConfig, OptimConfig
 from megarl.models.packing import pack_sequences
 from megarl.models.roles import build_actor
+from megarl.process_exit import exit_process
 from parallel import cpu_compat, topology
 
 
@@ -51,4 +52,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    exit_process(main())

@@ -6,6 +6,8 @@ import json
 import os
 import sys
 
+from megarl.process_exit import exit_process
+
 
 def main():
     out_dir = sys.argv[1]
@@ -35,4 +37,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    exit_process(main())

@@ -10,6 +10,7 @@ import time
 
 import torch.distributed as dist
 
+from megarl.process_exit import exit_process
 from parallel.dispatch import worker_method
 from parallel.worker import Worker
 
@@ -58,4 +59,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    exit_process(main())

@@ -15,6 +15,8 @@ import time
 import torch
 import torch.distributed as dist
 
+from megarl.process_exit import exit_process
+
 
 def main():
     parser = argparse.ArgumentParser()
@@ -77,4 +79,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

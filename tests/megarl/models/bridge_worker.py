@@ -18,6 +18,7 @@ from mbridge.utils.post_creation_callbacks import make_value_model
 from megatron.core.utils import unwrap_model
 
 from megarl.models.bridge import export_hf_weights, make_bridge
+from megarl.process_exit import exit_process
 from parallel import cpu_compat, topology
 
 
@@ -66,4 +67,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    exit_process(main())

@@ -23,6 +23,7 @@ from megarl.config.schema import MegatronConfig, OptimConfig
 from megarl.models.checkpoint import load_training_checkpoint, save_model_checkpoint, save_training_checkpoint
 from megarl.models.packing import pack_sequences
 from megarl.models.roles import build_actor, build_critic
+from megarl.process_exit import exit_process
 from parallel import cpu_compat, topology
 
 SEQS = [torch.arange(3, 12), torch.arange(20, 27), torch.arange(40, 53)]
@@ -78,4 +79,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    exit_process(main())

@@ -22,6 +22,7 @@ from megarl.config.schema import MegatronConfig, OptimConfig
 from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
 from megarl.models.packing import pack_sequences
 from megarl.models.roles import build_actor, build_critic, build_reference
+from megarl.process_exit import exit_process
 from parallel import cpu_compat, topology
 
 BASE_LENGTHS = (9, 14, 6, 11, 8, 13, 7, 10)
@@ -220,4 +221,4 @@ def reference_result(args, megatron, seqs, logprobs) -> dict:
     return result
 
 if __name__ == "__main__":
-    main()
+    exit_process(main())

@@ -16,6 +16,7 @@ from megatron.core import parallel_state
 from megarl.config.schema import LoRAConfig, MegatronConfig, OptimConfig
 from megarl.models.checkpoint import load_training_checkpoint, save_training_checkpoint
 from megarl.models.roles import build_actor
+from megarl.process_exit import exit_process
 from tests.megarl.models.dist_worker import (layout_parser, my_micro_batches, packed, response_masks, run_each_layout,
                                              sequences)
 
@@ -120,4 +121,4 @@ def lora_result(args) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    exit_process(main())

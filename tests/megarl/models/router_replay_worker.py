@@ -18,6 +18,7 @@ from megatron.core.transformer.moe.router import TopKRouter
 from megarl.config.schema import MegatronConfig, OptimConfig
 from megarl.models.packing import pack_micro_batches
 from megarl.models.roles import build_actor
+from megarl.process_exit import exit_process
 from megarl.rollout.transformers_engine import TransformersEngine
 from parallel import cpu_compat, topology
 
@@ -103,4 +104,4 @@ def main(model_dir: str, engine_dir: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    exit_process(main(*sys.argv[1:4]))

@@ -10,6 +10,7 @@ import torch
 from megarl.config.schema import MegatronConfig, OptimConfig
 from megarl.models.packing import pack_sequences
 from megarl.models.roles import build_actor
+from megarl.process_exit import exit_process
 from megarl.workers.updates import reduce_metrics
 from parallel import cpu_compat, topology
 
@@ -57,4 +58,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    exit_process(main())

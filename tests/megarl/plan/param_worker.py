@@ -17,6 +17,7 @@ from megatron.core.utils import unwrap_model
 from megarl.config.schema import MegatronConfig
 from megarl.models.shapes import experts_of
 from megarl.models.roles import build_frozen
+from megarl.process_exit import exit_process
 from parallel import cpu_compat, topology
 
 LAYOUTS = ((1, 1, 1), (2, 1, 1), (1, 2, 1), (1, 1, 2))  # (tp, pp, ep) over 2 ranks
@@ -52,4 +53,4 @@ def main(out: str, model_dirs: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2:])
+    exit_process(main(sys.argv[1], sys.argv[2:]))

@@ -13,6 +13,7 @@ from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
 from megarl.models.packing import pack_sequences
 from megarl.models.roles import build_actor
 from megarl.models.to_hf import AttentionShape, megatron_to_hf
+from megarl.process_exit import exit_process
 from megarl.rollout import SamplingParams
 from megarl.rollout.transformers_engine import TransformersEngine
 from parallel.engines import place_engines
@@ -107,4 +108,4 @@ def compared_with_the_trainer(actor, owners) -> dict:
             "weight_names": len(exported)}
 
 if __name__ == "__main__":
-    main()
+    exit_process(main())

@@ -13,6 +13,7 @@ from transformers import AutoModelForSequenceClassification
 
 from megarl.config.schema import MegatronConfig
 from megarl.models.roles import build_reward_model
+from megarl.process_exit import exit_process
 from parallel import cpu_compat, topology
 
 LENGTHS = (9, 14, 6, 11)
@@ -48,4 +49,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    exit_process(main())

@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from megarl.process_exit import exit_process
+
 
 def main():
     parser = argparse.ArgumentParser()
@@ -64,4 +66,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    exit_process(main())

@@ -10,6 +10,8 @@ import math
 import torch
 import torch.distributed as dist
 
+from megarl.process_exit import exit_process
+
 
 def main():
     parser = argparse.ArgumentParser()
@@ -110,4 +112,4 @@ def corrected(batch, mode):
 
 
 if __name__ == "__main__":
-    main()
+    exit_process(main())
