@@ -127,12 +127,15 @@ def _largest_fitting(inputs: PlanInputs, estimate: PhaseEstimate, key: str, room
 
 def _larger_tp(inputs: PlanInputs) -> Iterator[Changes]:
     """Multiples of the actor's TP up to a node's GPUs that split the model's heads (a multiple keeps every batch
-    split valid); a colocated critic shares the actor's mesh, so it follows."""
+    split valid) and leave room for its expert grid (EP × TP × PP ranks; the recipe's validation cannot check it
+    without the model's config); a colocated critic shares the actor's mesh, so it follows."""
     cfg = inputs.cfg
-    tp, shape = cfg.actor.megatron.tensor_model_parallel_size, inputs.policy
+    megatron, shape = cfg.actor.megatron, inputs.policy
+    tp, expert_ranks = megatron.tensor_model_parallel_size, megatron.expert_model_parallel_size
     roles = ["actor", "critic"] if cfg.use_critic and not cfg.critic.enable_resource_pool else ["actor"]
     for larger in range(2 * tp, cfg.trainer.n_gpus_per_node + 1, tp):
-        if heads_split_problem(larger, shape.kv_heads, shape.heads) is None:
+        grid = expert_ranks * larger * megatron.pipeline_model_parallel_size
+        if heads_split_problem(larger, shape.kv_heads, shape.heads) is None and cfg.world_size % grid == 0:
             yield {f"{role}.megatron.tensor_model_parallel_size": larger for role in roles}
 
 

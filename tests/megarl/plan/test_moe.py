@@ -9,6 +9,7 @@ import pytest
 from megarl.config import load_config
 from megarl.models.shapes import SHAPES
 from megarl.plan import plan_inputs, plan_memory
+from megarl.plan.advice import cheapest_fix
 from megarl.plan.state import role_states
 from megarl.plan.tokens import micro_batch_tokens
 from tests.megarl.plan.conftest import QWEN3_8B_RECIPE
@@ -45,3 +46,17 @@ def test_the_update_holds_the_dispatch_buffers(tmp_path):
     update = plan_memory(inputs).phase("update_actor")
     tokens = micro_batch_tokens(inputs, "update_actor")
     assert update.part("expert dispatch") == 2 * tokens * 2 * 8 * 2048 > 0  # bf16 send and receive, 8 copies each
+
+
+def test_the_advice_tries_no_tensor_parallel_size_the_expert_grid_cannot_hold(tmp_path):
+    """EP 2 on two GPUs leaves no room for TP 2 (EP × TP = 4 ranks): the advice, asked because the host memory does
+    not fit, must not plan that layout (its expert data-parallel size would be 0)."""
+    (tmp_path / "config.json").write_text(json.dumps(SHAPES["qwen3-30b-a3b"]))
+    cfg = load_config(QWEN3_8B_RECIPE, [f"model.path={tmp_path}", "trainer.n_gpus_per_node=2",
+                                        "actor.megatron.tensor_model_parallel_size=1",
+                                        "actor.megatron.expert_model_parallel_size=2",
+                                        "rollout.tensor_model_parallel_size=1"])
+    inputs = plan_inputs(cfg, 139.8, 8.0, layers=8)[0]
+    assert not plan_memory(inputs).fits
+    advice = cheapest_fix(inputs)
+    assert advice is None or ("actor.megatron.tensor_model_parallel_size", 2) not in advice.changes
