@@ -8,6 +8,12 @@ from megarl.config.ranges import divisors
 from megarl.models.shapes import experts_of
 
 
+def expert_grid(megatron: MegatronConfig) -> int:
+    """The ranks megatron's expert grid spans: EP × TP × PP (the experts' tensor parallelism is the layers')."""
+    return (megatron.expert_model_parallel_size * megatron.tensor_model_parallel_size
+            * megatron.pipeline_model_parallel_size)
+
+
 def check_experts(problems: list[str], role: str, megatron: MegatronConfig, hf: dict, where: str,
                   world: int) -> None:
     """`role`'s expert parallelism against its model (`hf`, read from `where`) and its pool's `world` GPUs."""
@@ -29,7 +35,7 @@ def check_experts(problems: list[str], role: str, megatron: MegatronConfig, hf: 
     if experts and experts % ep:
         problems.append(f"{key}={ep} must divide the model's {experts} experts ({where}): use one of "
                         f"{divisors(experts)}")
-    grid = ep * megatron.tensor_model_parallel_size * megatron.pipeline_model_parallel_size
+    grid = expert_grid(megatron)
     if world % grid:
         problems.append(f"{key}={ep} × tensor × pipeline parallel = {grid} must divide the role's {world} GPUs "
                         "(megatron's expert grid; the experts' tensor parallelism is the layers')")

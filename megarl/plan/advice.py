@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
 from megarl.config import ConfigError, validate_config
+from megarl.config.moe_validate import expert_grid
 from megarl.models.shapes import heads_split_problem
 from megarl.plan.inputs import PlanInputs, get_key, override
 from megarl.plan.phases import plan_memory
@@ -131,10 +132,10 @@ def _larger_tp(inputs: PlanInputs) -> Iterator[Changes]:
     without the model's config); a colocated critic shares the actor's mesh, so it follows."""
     cfg = inputs.cfg
     megatron, shape = cfg.actor.megatron, inputs.policy
-    tp, expert_ranks = megatron.tensor_model_parallel_size, megatron.expert_model_parallel_size
+    tp = megatron.tensor_model_parallel_size
     roles = ["actor", "critic"] if cfg.use_critic and not cfg.critic.enable_resource_pool else ["actor"]
     for larger in range(2 * tp, cfg.trainer.n_gpus_per_node + 1, tp):
-        grid = expert_ranks * larger * megatron.pipeline_model_parallel_size
+        grid = expert_grid(replace(megatron, tensor_model_parallel_size=larger))
         if heads_split_problem(larger, shape.kv_heads, shape.heads) is None and cfg.world_size % grid == 0:
             yield {f"{role}.megatron.tensor_model_parallel_size": larger for role in roles}
 
