@@ -3,9 +3,11 @@ GPUs, and what an MoE model cannot do in megarl yet, each named with the key to 
 
 from __future__ import annotations
 
-from megarl.config.schema import ROUTER_REPLAY_MODES, MegaRLConfig, MegatronConfig
 from megarl.config.ranges import divisors
+from megarl.config.schema import ROUTER_REPLAY_MODES, MegaRLConfig, MegatronConfig
 from megarl.models.shapes import experts_of
+
+MLP_TARGETS = ("linear_fc1", "linear_fc2")  # LoRA's targets that would be an MoE layer's experts
 
 
 def expert_grid(megatron: MegatronConfig) -> int:
@@ -45,9 +47,12 @@ def check_moe_policy(cfg: MegaRLConfig, problems: list[str], hf: dict) -> None:
     """What an MoE policy (`hf`, model.path's config) cannot do yet."""
     if not experts_of(hf):
         return
-    if cfg.actor.lora.rank:
-        problems.append(f"actor.lora.rank={cfg.actor.lora.rank}: LoRA on a mixture-of-experts model is not built yet "
-                        "(issue #49): set actor.lora.rank=0")
+    expert_targets = [name for name in cfg.actor.lora.target_modules if name in MLP_TARGETS]
+    if cfg.actor.lora.rank and expert_targets:
+        problems.append(f"actor.lora.target_modules={list(cfg.actor.lora.target_modules)}: on a mixture-of-experts "
+                        f"model LoRA adapts the attention layers alone; its experts ({', '.join(expert_targets)}) "
+                        "take no adapters in megarl yet (issue #49): set actor.lora.target_modules=[linear_qkv,"
+                        "linear_proj]")
     if cfg.rollout.name == "sglang" and cfg.rollout.tensor_model_parallel_size > 1:
         problems.append(f"rollout.tensor_model_parallel_size={cfg.rollout.tensor_model_parallel_size}: SGLang engines "
                         "of several GPUs do not take a mixture-of-experts model's weights from megarl yet (issue #49): "

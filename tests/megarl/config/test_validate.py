@@ -348,7 +348,9 @@ def test_the_agent_loop_is_checked_before_the_run(tmp_path):
      "actor.megatron.expert_model_parallel_size=3 must divide the model's 4 experts ({where}): use one of 1, 2, 4"),
     (["actor.megatron.expert_model_parallel_size=4"],
      "actor.megatron.expert_model_parallel_size=4 × tensor × pipeline parallel = 4 must divide the role's 2 GPUs"),
-    (["actor.lora.rank=8"], "actor.lora.rank=8: LoRA on a mixture-of-experts model is not built yet"),
+    (["actor.lora.rank=8"], "actor.lora.target_modules=['linear_qkv', 'linear_proj', 'linear_fc1', 'linear_fc2']: "
+                            "on a mixture-of-experts model LoRA adapts the attention layers alone; its experts "
+                            "(linear_fc1, linear_fc2) take no adapters"),
     (["actor.megatron.moe_aux_loss_coeff=-1"], "actor.megatron.moe_aux_loss_coeff=-1.0 must be a finite number ≥ 0"),
     (["rollout.name=sglang", "rollout.tensor_model_parallel_size=2", "actor.megatron.tensor_model_parallel_size=2"],
      "rollout.tensor_model_parallel_size=2: SGLang engines of several GPUs do not take a mixture-of-experts"),
@@ -363,6 +365,7 @@ def test_a_mixture_of_experts_recipe_is_checked_against_its_experts(tmp_path, ov
     found = problems(*grpo, *overrides)
     assert any(p.startswith(problem.format(where=f"{tmp_path}/config.json")) for p in found), found
     load_config(overrides=[*grpo, "actor.megatron.expert_model_parallel_size=2"])
+    load_config(overrides=[*grpo, "actor.lora.rank=8", "actor.lora.target_modules=[linear_qkv,linear_proj]"])
 
 
 def test_expert_settings_need_experts(tmp_path):

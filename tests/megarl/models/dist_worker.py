@@ -20,7 +20,7 @@ from megatron.core import parallel_state
 from megarl.algorithms import compute_policy_loss, compute_value_loss
 from megarl.config.schema import MegatronConfig, OptimConfig
 from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
-from megarl.models.packing import pack_sequences
+from megarl.models.packing import pack_micro_batches
 from megarl.models.roles import build_actor, build_critic, build_reference
 from megarl.process_exit import exit_process
 from parallel import cpu_compat, topology
@@ -46,12 +46,8 @@ def my_micro_batches() -> list[list[int]]:
 
 
 def packed(seqs, indices, fields, device):
-    cp, rank = parallel_state.get_context_parallel_world_size(), parallel_state.get_context_parallel_rank()
-    return [
-        pack_sequences([seqs[i] for i in mb], cp, rank, device=device,
-                       token_fields={k: [v[i] for i in mb] for k, v in fields.items()})
-        for mb in indices
-    ]
+    """This rank's micro-batches (`indices`: sample numbers each) packed as the roles pack theirs."""
+    return pack_micro_batches(seqs, indices, device, fields)
 
 
 def hf_logprobs(model_dir, seqs, dtype, device):
@@ -69,13 +65,14 @@ def hf_logprobs(model_dir, seqs, dtype, device):
 
 
 def layout_parser() -> argparse.ArgumentParser:
-    """MODEL_DIR OUT_JSON --tp T --pp P --cp C: what the layout workers take."""
+    """MODEL_DIR OUT_JSON --tp T --pp P --cp C [--ep E]: what the layout workers take (E: expert parallelism)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("model_dir")
     parser.add_argument("out")
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--pp", type=int, default=1)
     parser.add_argument("--cp", type=int, default=1)
+    parser.add_argument("--ep", type=int, default=1)
     return parser
 
 
@@ -89,7 +86,7 @@ def run_each_layout(parser: argparse.ArgumentParser, run_one: Callable[[argparse
     topology.init_distributed(timeout_s=300)
     for argv in split_jobs(sys.argv[1:]):
         args = parser.parse_args(argv)
-        topology.init_model_parallel(tp=args.tp, pp=args.pp, cp=args.cp, seed=seed)
+        topology.init_model_parallel(tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep, seed=seed)
         result = run_one(args)
         if dist.get_rank() == 0:
             with open(args.out, "w") as f:

@@ -1,13 +1,15 @@
 """A LoRA actor in a parallel layout (one or several in one launch), run under torchrun by test_lora.py (CPU, fp32).
 
-usage: torchrun --nproc-per-node N lora_worker.py MODEL_DIR OUT_JSON --tp T --pp P --cp C [--checkpoint DIR]
-                 [--and MODEL_DIR OUT_JSON --tp T ...]   (several layouts in one launch, one after another)
+usage: torchrun --nproc-per-node N lora_worker.py MODEL_DIR OUT_JSON --tp T --pp P --cp C [--ep E] [--checkpoint DIR]
+                 [--targets LAYER ...] [--and MODEL_DIR OUT_JSON --tp T ...]   (several layouts, one after another)
 Rank 0 writes: the log-probs of fixed sequences with the adapters as initialised (B = 0), without them, and from
 the full model; after setting every B to a fixed layout-independent draw, log-probs and the merged weights' sums;
 the parameters the optimizer holds; one PPO step's grad norm and the log-probs after it; whether the frozen base
 changed. With --checkpoint it saves a training checkpoint after the step, then loads it into a fresh actor and
 reports that actor's log-probs.
 """
+
+from dataclasses import replace
 
 import torch
 import torch.distributed as dist
@@ -72,15 +74,17 @@ def ppo_step(actor, seqs) -> float:
     return actor.train_step(batches, loss_fn)["grad_norm"]
 
 
-def build(model_dir, args, lora=LORA):
+def build(model_dir, args, adapters=True):
     megatron = MegatronConfig(tensor_model_parallel_size=args.tp, pipeline_model_parallel_size=args.pp,
-                              context_parallel_size=args.cp)
+                              context_parallel_size=args.cp, expert_model_parallel_size=args.ep)
+    lora = replace(LORA, target_modules=args.targets) if adapters else None
     return build_actor(model_dir, megatron, OptimConfig(lr=1e-2, weight_decay=0.0), total_steps=4, lora=lora)
 
 
 def main():
     parser = layout_parser()
     parser.add_argument("--checkpoint", default=None)
+    parser.add_argument("--targets", nargs="+", default=list(LORA.target_modules))
     run_each_layout(parser, lora_result, seed=1)
 
 
@@ -88,7 +92,7 @@ def lora_result(args) -> dict:
     """This layout's numbers (rank 0's are the ones written)."""
     torch.manual_seed(0)
     seqs = sequences(128, LENGTHS)
-    full = build(args.model_dir, args, lora=None)
+    full = build(args.model_dir, args, adapters=False)
     result = {"full_model": gathered_logprobs(full, seqs)}
     del full
     actor = build(args.model_dir, args)

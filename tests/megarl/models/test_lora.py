@@ -1,7 +1,8 @@
 """LoRA on the megatron actor (megarl/models/lora.py), CPU, gloo, fp32: with B at zero the actor is the base model
 and its reference; every layout (TP2, PP2, CP2) computes what one rank computes, before and after an update;
 only the adapters train; a training checkpoint holds the adapters alone and resumes exactly; `megarl export` merges
-them into HF weights that transformers and PEFT's own loader reproduce."""
+them into HF weights that transformers and PEFT's own loader reproduce. On a Qwen3-MoE the attention layers take the
+adapters (the experts none): its experts split over two ranks train as on one, resume exactly and export merged."""
 
 import json
 import sys
@@ -120,3 +121,55 @@ def test_export_of_a_lora_checkpoint_names_a_missing_base(runs, tmp_path):
                         str(tmp_path / "hf"), "--base-model", str(tmp_path / "nowhere")], timeout=120, env=ENV)
     assert proc.returncode == 2
     assert "holds LoRA adapters of the base model" in proc.stderr and "--base-model" in proc.stderr
+
+
+ATTENTION = ["linear_qkv", "linear_proj"]
+
+
+@pytest.fixture(scope="module")
+def moe_runs(tmp_path_factory):
+    """A tiny Qwen3-MoE (4 experts, 2 a token) with adapters on its attention, in one launch of two ranks: every
+    expert on each rank (data parallel), then the experts split over them (EP2, with a checkpoint)."""
+    root = tmp_path_factory.mktemp("lora_moe")
+    model_dir = make_model("qwen3_moe", root / "model")
+    targets = ["--targets", *ATTENTION]
+    layouts = [(model_dir, root / "dp2.json", LAYOUTS["dp2"], targets),
+               (model_dir, root / "ep2.json", LAYOUTS["dp2"], [*targets, "--ep", "2", "--checkpoint", root / "ckpt"])]
+    return root, dict(zip(("dp2", "ep2"), run_layouts(WORKER, layouts, nproc=2, timeout=600)))
+
+
+def test_an_moe_actor_adapts_its_attention_alone_and_splits_its_experts_as_one_rank(moe_runs):
+    root, results = moe_runs
+    for name, run in results.items():
+        assert max_abs(run["initial"], run["full_model"]) <= 1e-6, name
+        assert max_abs(run["base"], run["full_model"]) <= 1e-6, name
+        assert max_abs(run["adapted"], run["base"]) > 1e-2, name
+        adapted = {n.rsplit(".", 2)[-2] for n in run["trained_parameters"]}
+        assert adapted == set(ATTENTION) and run["frozen_changed"] == [], name
+        assert run["merged_changed"] == [f"decoder.layers.{i}.self_attention.{layer}.weight" for i in range(2)
+                                         for layer in ("linear_proj", "linear_qkv")], name
+    dp2, ep2 = results["dp2"], results["ep2"]
+    assert max_abs(ep2["adapted"], dp2["adapted"]) <= 1e-5
+    assert ep2["grad_norm"] == pytest.approx(dp2["grad_norm"], rel=1e-5)
+    assert max_abs(ep2["after_step"], dp2["after_step"]) <= 1e-5
+    # Each rank's optimizer holds half the adapters: the distributed optimizer splits them over the two data-parallel
+    # ranks, the expert-parallel layout as the other.
+    adapters = ModelShape.from_dir(root / "model").lora_gpu_parameters(1, 1, 4, ATTENTION)
+    assert ep2["optimizer_numel"] == dp2["optimizer_numel"] == adapters // 2
+    assert ep2["restored"] == ep2["after_step"] and ep2["restored_second_step"] == ep2["second_step"]
+
+
+def test_an_moe_actors_adapters_export_merged(moe_runs, tmp_path):
+    """The EP2 checkpoint exported at one rank: HF transformers' Qwen3-MoE on the merged weights gives the actor's
+    log-probs after its update."""
+    from transformers import AutoModelForCausalLM
+
+    root, results = moe_runs
+    out = tmp_path / "hf"
+    proc = run_command([sys.executable, "-m", "megarl.cli", "export", "--checkpoint", str(root / "ckpt"), "--out",
+                        str(out)], timeout=300, env=ENV)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((out / "adapter/adapter_config.json").read_text())["target_modules"] == [
+        "k_proj", "o_proj", "q_proj", "v_proj"]
+    merged = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    assert max_abs(hf_logprobs(merged, sequences(128, LENGTHS)), results["ep2"]["after_step"]) <= 1e-5
