@@ -174,10 +174,13 @@ def run_verl(args, overrides: list[str], log: Path, gpus: int) -> float:
     """verl's trainer in its own site (`--verl-env`), its console to `log`; the device-wide peak (GB)."""
     command = ["bash", "-c", '. "$0" && exec python3 -m verl.trainer.main_ppo "$@"', str(args.verl_env), *overrides]
     with DevicePeak(gpus) as peak, log.open("w") as out:
-        proc = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, timeout=args.time_limit)
+        try:
+            code = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, timeout=args.time_limit).returncode
+        except subprocess.TimeoutExpired:
+            code = f"stopped at --time-limit {args.time_limit:.0f} s: its start-up alone took ~200 s on an H200"
     steps = verl_steps(log.read_text())
     if len(steps) < args.steps:  # verl may fail at its shutdown, after the last step's metrics
-        raise SystemExit(f"verl ran {len(steps)} of {args.steps} steps (exit {proc.returncode}); see {log}")
+        raise SystemExit(f"verl ran {len(steps)} of {args.steps} steps (exit {code}); see {log}")
     return peak.peak_gb
 
 
