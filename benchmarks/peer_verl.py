@@ -2,7 +2,7 @@
 SGLang rollout) and megarl's (benchmarks/rl_step.py) on one GPU machine, one after the other, on the same
 random-weight checkpoint (`megarl init-model` of --shape) and the same GSM8K parquet, with the batch, lengths, token
 budgets, learning rates, estimator, KL and engine memory share of --recipe; every response runs to its full length on
-both sides (verl: SGLang's server-wide `ignore_eos`; megarl: random weights of a 152k vocabulary, checked by the rows'
+both sides (verl: SGLang's server-wide `ignore_eos`; megarl: `rollout.ignore_eos`; the row keeps both sides' mean
 response lengths). Appends one row (`what: peer`) to --out: per side the median step time over the steps after the
 first, tokens/s/GPU, the phases under verl's metric names (megarl logs the same), the device-wide peak memory (NVML)
 and megarl's step over verl's.
@@ -188,7 +188,7 @@ def run_megarl(args, row_file: Path) -> dict:
     """benchmarks/rl_step.py on the same checkpoint and data (its --work), without its baselines; its row."""
     command = [sys.executable, str(REPO / "benchmarks/rl_step.py"), "--recipe", str(args.recipe), "--shape",
                args.shape, "--steps", str(args.steps + 1), "--data", str(args.data), "--work", str(args.work),
-               "--no-baselines", "--out", str(row_file)]
+               "--no-baselines", "--set", "rollout.ignore_eos=true", "--out", str(row_file)]
     subprocess.run(command, check=True, timeout=args.time_limit)
     return json.loads(row_file.read_text())[-1]
 

@@ -217,6 +217,9 @@ class RolloutConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1
+    # Training samples run to data.max_response_length past an end-of-sequence token (verl's key; validation keeps it):
+    # a benchmark's fixed lengths, as random weights give them
+    ignore_eos: bool = False
     gpu_memory_utilization: float = 0.5  # the engine's share of GPU memory (SGLang mem_fraction_static)
     max_logprob_mult_error: Optional[float] = None  # stop when rollout/logprob_mult_error exceeds it (e.g. 1.05)
     val_kwargs: ValSamplingConfig = field(default_factory=ValSamplingConfig)

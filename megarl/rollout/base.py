@@ -48,7 +48,7 @@ class SamplingParams:
     def for_training(cls, rollout, max_new_tokens: int, seed: Optional[int] = None) -> SamplingParams:
         """From the recipe's `rollout` section."""
         return cls(n=rollout.n, temperature=rollout.temperature, top_p=rollout.top_p, top_k=rollout.top_k,
-                   max_new_tokens=max_new_tokens, seed=seed)
+                   max_new_tokens=max_new_tokens, ignore_eos=rollout.ignore_eos, seed=seed)
 
     @classmethod
     def for_validation(cls, rollout, max_new_tokens: int, seed: Optional[int] = None) -> SamplingParams:

@@ -79,7 +79,7 @@ def test_scalars_for_list_keys_and_free_form_dicts():
          "in megarl it is actor.megatron.recompute_granularity (true is full recomputation)."),
         ("actor_rollout_ref.actor.fsdp_config.param_offload=True", "in megarl it is actor.megatron.param_offload"),
         ("actor_rollout_ref.actor.fsdp_config.fsdp_size=8", "megarl has no counterpart: an FSDP sharding setting"),
-        ("actor_rollout_ref.rollout.ignore_eos=True", "megarl has no rollout.ignore_eos."),
+        ("actor_rollout_ref.rollout.skip_tokenizer_init=True", "megarl has no rollout.skip_tokenizer_init."),
     ],
 )
 def test_bad_overrides_name_the_key_and_fix(override, message):

@@ -82,7 +82,7 @@ def test_experts_keep_verls_expert_parallelism_and_the_layers_tensor_parallelism
 def test_what_does_not_carry_over_is_named_with_the_reason():
     c = convert(["actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True",
                  "actor_rollout_ref.actor.use_dynamic_bsz=False",
-                 "~actor_rollout_ref.rollout.engine_kwargs", "actor_rollout_ref.rollout.ignore_eos=True",
+                 "~actor_rollout_ref.rollout.engine_kwargs", "actor_rollout_ref.rollout.skip_tokenizer_init=True",
                  "actor_rollout_ref.model.use_remove_padding=True", "critic.model.use_remove_padding=False",
                  "++actor_rollout_ref.rollout.engine_kwargs.sglang.attention_backend=triton", "not_an_override",
                  'data.train_files="a"/b.parquet'])
@@ -93,7 +93,7 @@ def test_what_does_not_carry_over_is_named_with_the_reason():
         "<document start>): quote it",
         "actor_rollout_ref.actor.use_dynamic_bsz=false: actor.use_dynamic_bsz is already true from "
         "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
-        "actor_rollout_ref.rollout.ignore_eos=true: megarl has no rollout.ignore_eos "
+        "actor_rollout_ref.rollout.skip_tokenizer_init=true: megarl has no rollout.skip_tokenizer_init "
         "(`megarl train --help-keys` lists its keys)",
         "critic.model.use_remove_padding=false: megarl always packs sequences, without padding",
     ]
