@@ -34,6 +34,8 @@ import threading
 import time
 from pathlib import Path
 
+from rl_step import ENGINE, prepare  # the engine settings megarl's side runs with
+
 REPO = Path(__file__).resolve().parents[1]
 PHASES = ("gen", "old_log_prob", "ref", "values", "update_critic", "update_actor", "update_weights", "step")
 VERL_VERSION = "verl 0.9.1 (FSDP backend, SGLang rollout through its HTTP server)"
@@ -49,7 +51,6 @@ def verl_overrides(cfg, model: Path, data: Path, steps: int) -> list[str]:
     """verl's keys for megarl's config `cfg` (the recipe as loaded), on one node, without validation or checkpoints."""
     actor, critic, rollout = cfg.actor, cfg.critic, cfg.rollout
     kl = cfg.algorithm.kl_ctrl.kl_coef if cfg.algorithm.use_kl_in_reward else 0.0
-    engine = {"attention_backend": "triton", "sampling_backend": "pytorch"}  # rl_step.ENGINE, as megarl runs it
     sampling = json.dumps({"ignore_eos": True})
     model_keys = [f"model.path={model}", "model.use_remove_padding=false", "model.enable_gradient_checkpointing=false"]
     sdpa = "model.override_config.attn_implementation=sdpa"  # a key verl's config lacks: hydra's `+` adds it
@@ -70,7 +71,7 @@ def verl_overrides(cfg, model: Path, data: Path, steps: int) -> list[str]:
         f"actor_rollout_ref.rollout.name={rollout.name}", f"actor_rollout_ref.rollout.n={rollout.n}",
         f"actor_rollout_ref.rollout.tensor_model_parallel_size={rollout.tensor_model_parallel_size}",
         f"actor_rollout_ref.rollout.gpu_memory_utilization={rollout.gpu_memory_utilization}",
-        *[f"+actor_rollout_ref.rollout.engine_kwargs.sglang.{k}={v}" for k, v in engine.items()],
+        *[f"+actor_rollout_ref.rollout.engine_kwargs.sglang.{k}={v}" for k, v in ENGINE.items()],
         f"+actor_rollout_ref.rollout.engine_kwargs.sglang.preferred_sampling_params='{sampling}'",
         *[f"critic.{key}" for key in model_keys], f"+critic.{sdpa}", f"critic.optim.lr={critic.optim.lr}",
         f"critic.ppo_max_token_len_per_gpu={critic.ppo_max_token_len_per_gpu}",
@@ -212,9 +213,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    sys.path.insert(0, str(REPO / "benchmarks"))
     from rl_memory import append_row
-    from rl_step import prepare
 
     from megarl.config import load_config
 
