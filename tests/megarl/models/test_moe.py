@@ -1,7 +1,8 @@
 """Qwen3-MoE through the bridge (megarl/models/bridge.py's `Qwen3Moe`): a tiny model of 4 experts, 2 per token, on
 megatron's per-expert loop without Transformer Engine, gives HF transformers' log-probs and exports its checkpoint
-back exactly, in one process and with its experts split over two tensor-parallel or two expert-parallel ranks; the
-router matches HF's with and without renormalized top-k probabilities (`norm_topk_prob`)."""
+back exactly, in one process and with its experts split over two tensor-parallel or two expert-parallel ranks or
+both (EP 2 × TP 2 on four processes); the router matches HF's with and without renormalized top-k probabilities
+(`norm_topk_prob`)."""
 
 import json
 import sys
@@ -22,8 +23,10 @@ def check_model(model, tmp_path, processes: int, *args: str) -> dict:
 
 
 # (norm_topk_prob, processes, layout): experts split over two tensor-parallel ranks, or two expert-parallel ranks
-# holding two experts each; the router without renormalization in one process
-LAYOUTS = [(True, 2, {"tp": 2, "ep": 1}), (True, 2, {"tp": 1, "ep": 2}), (False, 1, {"tp": 1, "ep": 1})]
+# holding two experts each, or both (four ranks: each holds two experts' halves); the router without renormalization
+# in one process
+LAYOUTS = [(True, 2, {"tp": 2, "ep": 1}), (True, 2, {"tp": 1, "ep": 2}), (True, 4, {"tp": 2, "ep": 2}),
+           (False, 1, {"tp": 1, "ep": 1})]
 
 
 @pytest.mark.parametrize("norm_topk_prob, processes, layout", LAYOUTS)
