@@ -189,7 +189,12 @@ def _dispatcher(pp: int) -> dict:
     dispatcher = moe_token_dispatcher()
     if dispatcher == "alltoall":
         return {"moe_token_dispatcher_type": dispatcher}
-    return {"moe_token_dispatcher_type": dispatcher, "variable_seq_lengths": pp > 1}
+    if pp > 1:
+        raise ValueError(f"pipeline_model_parallel_size={pp} with a mixture-of-experts model needs megatron's "
+                         "all-to-all token dispatcher (stages pass micro-batches of varying lengths), which runs on "
+                         "GPUs; on CPU its all-gather one runs, without pipeline stages: set "
+                         "pipeline_model_parallel_size=1 (expert or tensor parallelism split the model instead)")
+    return {"moe_token_dispatcher_type": dispatcher, "variable_seq_lengths": False}  # mbridge's default is True
 
 
 BRIDGES = {"qwen2": Qwen2, "qwen3": Qwen3, "qwen3_moe": Qwen3Moe, "llama": Llama}  # keyed by HF's model_type

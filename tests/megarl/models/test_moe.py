@@ -35,3 +35,14 @@ def test_a_tiny_qwen3_moe_matches_hf_and_exports_exactly(tmp_path, norm_topk_pro
     report = check_model(model, tmp_path, processes, "--tp", str(layout["tp"]), "--ep", str(layout["ep"]))
     assert {key: report[key] for key in layout} == layout and report["weight_check"] == "exact"
     assert report["logprob_max_abs_diff"] <= 1e-5, report
+
+
+def test_pipeline_stages_of_an_moe_model_on_cpu_are_refused_with_the_fix(tmp_path):
+    """megatron's all-gather token dispatcher, the one gloo runs, takes no pipeline stages: said when the model is
+    built, not as megatron's error from inside it."""
+    model = make_model("qwen3_moe", tmp_path / "model")
+    proc = run_command([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                        str(free_port()), "-m", "megarl.models.check", "--hf", str(model), "--dtype", "fp32", "--pp",
+                        "2"], timeout=300, env=ENV)
+    assert proc.returncode != 0
+    assert "pipeline_model_parallel_size=2 with a mixture-of-experts model needs megatron's all-to-all" in proc.stderr
