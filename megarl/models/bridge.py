@@ -12,7 +12,6 @@ adapters in its linear layers (megarl/models/lora.py); the adapters are not HF t
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Iterator
 
