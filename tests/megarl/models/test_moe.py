@@ -1,8 +1,8 @@
 """Qwen3-MoE through the bridge (megarl/models/bridge.py's `Qwen3Moe`): a tiny model of 4 experts, 2 per token, on
 megatron's per-expert loop without Transformer Engine, gives HF transformers' log-probs and exports its checkpoint
 back exactly, in one process and with its experts split over two tensor-parallel or two expert-parallel ranks or
-both (EP 2 × TP 2 on four processes); the router matches HF's with and without renormalized top-k probabilities
-(`norm_topk_prob`)."""
+both (EP 2 × TP 2 on four processes), and with its sequences split over two context-parallel ranks; the router
+matches HF's with and without renormalized top-k probabilities (`norm_topk_prob`)."""
 
 import json
 import sys
@@ -23,16 +23,17 @@ def check_model(model, tmp_path, processes: int, *args: str) -> dict:
 
 
 # (norm_topk_prob, processes, layout): experts split over two tensor-parallel ranks, or two expert-parallel ranks
-# holding two experts each, or both (four ranks: each holds two experts' halves); the router without renormalization
-# in one process
+# holding two experts each, or both (four ranks: each holds two experts' halves); the sequences split over two
+# context-parallel ranks; the router without renormalization in one process
 LAYOUTS = [(True, 2, {"tp": 2, "ep": 1}), (True, 2, {"tp": 1, "ep": 2}), (True, 4, {"tp": 2, "ep": 2}),
-           (False, 1, {"tp": 1, "ep": 1})]
+           (True, 2, {"cp": 2}), (False, 1, {"tp": 1, "ep": 1})]
 
 
 @pytest.mark.parametrize("norm_topk_prob, processes, layout", LAYOUTS)
 def test_a_tiny_qwen3_moe_matches_hf_and_exports_exactly(tmp_path, norm_topk_prob, processes, layout):
     model = make_model("qwen3_moe", tmp_path / "model", norm_topk_prob=norm_topk_prob)
-    report = check_model(model, tmp_path, processes, "--tp", str(layout["tp"]), "--ep", str(layout["ep"]))
+    sizes = [arg for key, size in layout.items() for arg in (f"--{key}", str(size))]
+    report = check_model(model, tmp_path, processes, *sizes)
     assert {key: report[key] for key in layout} == layout and report["weight_check"] == "exact"
     assert report["logprob_max_abs_diff"] <= 1e-5, report
 
