@@ -109,14 +109,13 @@ def verl_side(steps: list[dict], peak_gb: float) -> dict:
     later = steps[1:]
     if not later:
         raise SystemExit(f"verl logged {len(steps)} step(s): at least two are needed (the first is left out)")
-    phases = {p: statistics.median(s[f"timing_s/{p}"] for s in later) for p in PHASES if f"timing_s/{p}" in later[0]}
+    timings = {p: [s[f"timing_s/{p}"] for s in later] for p in PHASES if f"timing_s/{p}" in later[0]}
+    phases = {p: statistics.median(values) for p, values in timings.items()}
     return {"step_s_median": phases.pop("step"), "phases_s": phases,
             "tokens_per_s_per_gpu": statistics.median(s["perf/throughput"] for s in later),
             "response_length_mean": statistics.median(s["response_length/mean"] for s in later),
             "device_peak_gb": peak_gb, "steps_measured": len(later),
-            "per_step": {"step": [s["step"] for s in later],
-                         "timing_s": {p: [s[f"timing_s/{p}"] for s in later] for p in PHASES
-                                      if f"timing_s/{p}" in later[0]}}}
+            "per_step": {"step": [s["step"] for s in later], "timing_s": timings}}
 
 
 def megarl_side(row: dict) -> dict:
@@ -142,7 +141,9 @@ def peer_row(args, verl: dict, megarl: dict, overrides: list[str], megarl_commit
 
 
 class DevicePeak:
-    """The device-wide used memory's peak over GPU 0..n-1 (NVML: every process, the engines included), sampled."""
+    """The device-wide used memory's peak over GPU 0..n-1 (NVML: every process, the engines included), sampled.
+    Not parallel/memory.py's sampler: its reader is torch's, which would give this process a CUDA context of its own
+    on each GPU, counted in the peak it measures."""
 
     def __init__(self, gpus: int, every_s: float = 0.2):
         import pynvml
@@ -218,12 +219,11 @@ def main() -> int:
     from megarl.config import load_config
 
     cfg = load_config(args.recipe, [])
-    if args.mode == "run":
-        args.work.mkdir(parents=True, exist_ok=True)
-        prepare(args, args.work)
     # where rl_step.prepare puts them, on the machine that ran
     overrides = verl_overrides(cfg, args.work / args.shape, args.work / "gsm8k", args.steps)
     if args.mode == "run":
+        args.work.mkdir(parents=True, exist_ok=True)
+        prepare(args, args.work)
         peak_gb = run_verl(args, overrides, args.work / "verl.log", cfg.trainer.n_gpus_per_node)
         verl = verl_side(verl_steps((args.work / "verl.log").read_text()), peak_gb)
         megarl_row = run_megarl(args, args.work / "megarl_rl_step.json")
