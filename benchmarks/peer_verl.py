@@ -130,12 +130,14 @@ def megarl_side(row: dict) -> dict:
             "per_step": row["per_step"]}
 
 
-def peer_row(args, verl: dict, megarl: dict, overrides: list[str], megarl_commit: str) -> dict:
+def peer_row(args, verl: dict, megarl: dict, overrides: list[str], megarl_commit: str, layers: str) -> dict:
+    """`layers`: megarl's model path (megatron-core's local layers or Transformer Engine's)."""
     slower = sorted(p for p, s in megarl["phases_s"].items() if p in verl["phases_s"] and s > verl["phases_s"][p])
     return {"date": datetime.date.today().isoformat(), "commit": megarl_commit,
             "machine": os.environ.get("MEGARL_MACHINE", "unknown"), "what": "peer",
             "command": "python benchmarks/peer_verl.py " + " ".join(sys.argv[1:]), "recipe": str(args.recipe),
             "model_shape": args.shape, "dtype": "bf16", "peer": VERL_VERSION, "megarl": megarl, "verl": verl,
+            "model_path": {"megarl": layers, "verl": "HF transformers under FSDP, SDPA attention"},
             "step_ratio_megarl_over_verl": megarl["step_s_median"] / verl["step_s_median"],
             "megarl_slower_phases": slower, "verl_overrides": overrides, "differences": VERL_DIFFERENCES}
 
@@ -217,6 +219,7 @@ def main() -> int:
     from rl_memory import append_row
 
     from megarl.config import load_config
+    from megarl.models.accelerators import uses_transformer_engine
 
     cfg = load_config(args.recipe, [])
     # where rl_step.prepare puts them, on the machine that ran
@@ -231,7 +234,9 @@ def main() -> int:
         samples = [float(v) for v in args.verl_memory.read_text().split()]
         verl = verl_side(verl_steps(args.verl_log.read_text()), max(samples) * 2**20 / 1e9)
         megarl_row = json.loads(args.megarl_row.read_text())[-1]
-    row = peer_row(args, verl, megarl_side(megarl_row), overrides, megarl_row["commit"])
+    te = uses_transformer_engine(cfg.actor.megatron.transformer_impl)
+    layers = "megatron-core, Transformer Engine layers" if te else "megatron-core, local layers"
+    row = peer_row(args, verl, megarl_side(megarl_row), overrides, megarl_row["commit"], layers)
     if args.mode == "report":
         row["from_logs"] = {"verl_log": str(args.verl_log), "verl_memory": str(args.verl_memory),
                             "megarl_row": megarl_row["command"]}
