@@ -13,11 +13,16 @@ from parallel.topology import free_port
 from tests.helpers import ENV, make_model, run_command
 
 
+def run_check(model, processes: int, *args: str):
+    """`megarl check-model` in fp32 on `processes` ranks under torchrun."""
+    return run_command([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes),
+                        "--master-port", str(free_port()), "-m", "megarl.models.check", "--hf", str(model),
+                        "--dtype", "fp32", *args], timeout=300, env=ENV)
+
+
 def check_model(model, tmp_path, processes: int, *args: str) -> dict:
     report = tmp_path / "report.json"
-    proc = run_command([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes),
-                        "--master-port", str(free_port()), "-m", "megarl.models.check", "--hf", str(model),
-                        "--dtype", "fp32", "--json", str(report), *args], timeout=300, env=ENV)
+    proc = run_check(model, processes, "--json", str(report), *args)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(report.read_text())
 
@@ -42,8 +47,6 @@ def test_pipeline_stages_of_an_moe_model_on_cpu_are_refused_with_the_fix(tmp_pat
     """megatron's all-gather token dispatcher, the one gloo runs, takes no pipeline stages: said when the model is
     built, not as megatron's error from inside it."""
     model = make_model("qwen3_moe", tmp_path / "model")
-    proc = run_command([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-                        str(free_port()), "-m", "megarl.models.check", "--hf", str(model), "--dtype", "fp32", "--pp",
-                        "2"], timeout=300, env=ENV)
+    proc = run_check(model, 2, "--pp", "2")
     assert proc.returncode != 0
     assert "pipeline_model_parallel_size=2 with a mixture-of-experts model needs megatron's all-to-all" in proc.stderr
