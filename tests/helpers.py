@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("MEGARL_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
@@ -218,6 +219,38 @@ def run_layouts(worker: Path, jobs: list, nproc: int, timeout=300) -> list[dict]
     proc = run_command(cmd, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     return [json.loads(Path(out).read_text()) for _, out, _, _ in jobs]
+
+
+def split_jobs(argv: list[str]) -> list[list[str]]:
+    """A worker's command line of several jobs, `JOB_ARGS [--and JOB_ARGS ...]`, as each job's arguments."""
+    jobs = [[]]
+    for arg in argv:
+        if arg == "--and":
+            jobs.append([])
+        else:
+            jobs[-1].append(arg)
+    return jobs
+
+
+def run_jobs_in_turn(run_one: Callable[[list[str]], None], argv: list[str]) -> None:
+    """`run_one` for each job of a torchrun worker's command line (`split_jobs`), each job joining a default process
+    group of its own: torch's env:// rendezvous would give a second group the first one's gloo addresses (the same
+    keys in the same store), so each job after the first meets on a store at a port rank 0 picks and posts in
+    torchrun's agent store."""
+    agent_port = int(os.environ["MASTER_PORT"])
+    for index, job in enumerate(split_jobs(argv)):
+        if index:
+            import torch.distributed as dist
+
+            agent = dist.TCPStore(os.environ["MASTER_ADDR"], agent_port, is_master=False,
+                                  timeout=datetime.timedelta(seconds=120))
+            key = f"tests.helpers/job-{index}/port"
+            if os.environ["RANK"] == "0":
+                from parallel.topology import free_port
+
+                agent.set(key, str(free_port()))
+            os.environ.update(MASTER_PORT=agent.get(key).decode(), TORCHELASTIC_USE_AGENT_STORE="False")
+        run_one(job)
 
 
 def run_job(model_dir, out, launcher, *extra, timeout=240):

@@ -121,16 +121,18 @@ def test_saved_config_reloads_identically(tmp_path):
     assert "${" not in path.read_text()  # written resolved
 
 
-def _save_repeatedly(directory: Path) -> None:
+def _save_repeatedly(directory: Path, start) -> None:
     cfg = load_config()
-    for _ in range(200):
+    start.wait()  # all writers past their imports: their saves overlap
+    for _ in range(25):
         save_config(cfg, directory)
 
 
 def test_ranks_saving_the_config_at_once_do_not_collide(tmp_path):
-    """Every torchrun rank writes the resolved config into the same directory at start-up."""
+    """Processes writing the resolved config into the same directory at once leave one whole file and no other."""
     ctx = multiprocessing.get_context("spawn")
-    writers = [ctx.Process(target=_save_repeatedly, args=(tmp_path,)) for _ in range(4)]
+    start = ctx.Barrier(4)
+    writers = [ctx.Process(target=_save_repeatedly, args=(tmp_path, start)) for _ in range(4)]
     for w in writers:
         w.start()
     for w in writers:

@@ -24,6 +24,7 @@ from megarl.models.packing import pack_micro_batches
 from megarl.models.roles import build_actor, build_critic, build_reference
 from megarl.process_exit import exit_process
 from parallel import cpu_compat, topology
+from tests.helpers import split_jobs
 
 BASE_LENGTHS = (9, 14, 6, 11, 8, 13, 7, 10)
 PROMPT = 3
@@ -94,16 +95,6 @@ def run_each_layout(parser: argparse.ArgumentParser, run_one: Callable[[argparse
         dist.barrier()
         parallel_state.destroy_model_parallel()
     topology.destroy()
-
-
-def split_jobs(argv: list[str]) -> list[list[str]]:
-    jobs = [[]]
-    for arg in argv:
-        if arg == "--and":
-            jobs.append([])
-        else:
-            jobs[-1].append(arg)
-    return jobs
 
 
 def main():

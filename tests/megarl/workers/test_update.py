@@ -4,35 +4,21 @@ updates), and the first step has PPO's ratio 1."""
 
 import json
 import math
-import os
-import subprocess
 import sys
 
 import pytest
 
-from tests.helpers import REPO_ROOT, make_model
+from parallel.topology import free_port
+from tests.helpers import make_model, run_command
 
-ENV = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
 LAYOUTS = {"tp2": ["--tp", "2"], "cp2": ["--cp", "2"], "dp2": []}
 CONFIGS = {
     "one-mini-batch": [],
     "two-mini-batches-seq-mean-token-mean-dynamic": ["--mini", "2", "--agg", "seq-mean-token-mean", "--dynamic"],
 }
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return make_model("qwen2", tmp_path_factory.mktemp("update") / "model")
-
-
-def run(model_dir, out, nproc, *extra) -> dict:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "-m",
-           "tests.megarl.workers.update_job", str(model_dir), str(out), "--gpus", str(nproc), *extra]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    return json.loads(out.read_text())
-
-
+# One process: the reference of each config, rollout correction and tool tokens.
+SINGLE = {**CONFIGS, "half": ["--correction", "half"], "reject": ["--correction", "reject"],
+          "huge": ["--tool-tokens", "huge"], "zero": ["--tool-tokens", "zero"]}
 # Each data-parallel rank splits its own part into mini-batches (verl's semantics): with several mini-batches,
 # DP=2 puts other samples into each optimizer step than one rank does, so DP is compared with one mini-batch.
 CASES = [(config, layout) for config in sorted(CONFIGS) for layout in sorted(LAYOUTS)
@@ -40,21 +26,37 @@ CASES = [(config, layout) for config in sorted(CONFIGS) for layout in sorted(LAY
 
 
 @pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_model("qwen2", tmp_path_factory.mktemp("update") / "model")
+
+
+def run(model_dir, out_dir, nproc, jobs: dict[str, list[str]]) -> dict[str, dict]:
+    """update_job.py's result for each of `jobs` (name: options), all in one torchrun launch of `nproc` ranks."""
+    args = []
+    for name, options in jobs.items():
+        args += (["--and"] if args else []) + [str(model_dir), str(out_dir / f"{name}.json"), "--gpus", str(nproc),
+                                               *options]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-port",
+           str(free_port()), "-m", "tests.megarl.workers.update_job", *args]
+    proc = run_command(cmd, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return {name: json.loads((out_dir / f"{name}.json").read_text()) for name in jobs}
+
+
+@pytest.fixture(scope="module")
 def single_runs(model_dir, tmp_path_factory):
-    cache = {}
+    return run(model_dir, tmp_path_factory.mktemp("single"), 1, SINGLE)
 
-    def get(config):
-        if config not in cache:
-            cache[config] = run(model_dir, tmp_path_factory.mktemp("single") / "out.json", 1, *CONFIGS[config])
-        return cache[config]
 
-    return get
+@pytest.fixture(scope="module")
+def layout_runs(model_dir, tmp_path_factory):
+    jobs = {f"{config}-{layout}": [*LAYOUTS[layout], *CONFIGS[config]] for config, layout in CASES}
+    return run(model_dir, tmp_path_factory.mktemp("layouts"), 2, jobs)
 
 
 @pytest.mark.parametrize("config, layout", CASES, ids=[f"{c}-{layout}" for c, layout in CASES])
-def test_every_layout_updates_like_one_rank(single_runs, model_dir, tmp_path, config, layout):
-    reference = single_runs(config)
-    result = run(model_dir, tmp_path / "out.json", 2, *LAYOUTS[layout], *CONFIGS[config])
+def test_every_layout_updates_like_one_rank(single_runs, layout_runs, config, layout):
+    reference, result = single_runs[config], layout_runs[f"{config}-{layout}"]
     assert result["metrics"].keys() == reference["metrics"].keys()
     for key, value in reference["metrics"].items():
         assert result["metrics"][key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
@@ -68,7 +70,7 @@ def test_every_layout_updates_like_one_rank(single_runs, model_dir, tmp_path, co
 
 
 def test_first_step_has_ratio_one(single_runs):
-    result = single_runs("one-mini-batch")  # one optimizer step: its mini-batch sees the unchanged policy
+    result = single_runs["one-mini-batch"]  # one optimizer step: its mini-batch sees the unchanged policy
     metrics = result["metrics"]
     assert metrics["actor/ppo_kl"] == pytest.approx(0.0, abs=1e-7)
     assert metrics["actor/pg_clipfrac"] == 0.0 and metrics["actor/pg_clipfrac_lower"] == 0.0
@@ -88,22 +90,21 @@ def test_first_step_has_ratio_one(single_runs):
     assert critic["critic/grad_norm"] > 0 and result["values_after"] != result["values"]
 
 
-def test_rollout_correction_weights_and_rejects_in_the_actors_loss(single_runs, model_dir, tmp_path):
-    plain = single_runs("one-mini-batch")  # one mini-batch: its loss is taken at the starting weights
-    half = run(model_dir, tmp_path / "half.json", 1, "--correction", "half")
+def test_rollout_correction_weights_and_rejects_in_the_actors_loss(single_runs):
+    plain = single_runs["one-mini-batch"]  # one mini-batch: its loss is taken at the starting weights
+    half = single_runs["half"]
     assert half["metrics"]["actor/pg_loss"] == pytest.approx(0.5 * plain["metrics"]["actor/pg_loss"], rel=1e-5)
     for unweighted in ("actor/entropy", "actor/kl_loss", "actor/ppo_kl"):  # IS weights touch only the PG loss
         assert half["metrics"][unweighted] == pytest.approx(plain["metrics"][unweighted], rel=1e-5, abs=1e-7)
-    rejected = run(model_dir, tmp_path / "rejected.json", 1, "--correction", "reject")
+    rejected = single_runs["reject"]
     # Nothing is left in the loss (entropy bonus and KL loss included): no gradient at all.
     assert rejected["metrics"]["actor/pg_loss"] == 0 and rejected["metrics"]["actor/grad_norm"] == 0
 
 
-def test_tool_tokens_carry_no_loss_no_kl_and_no_entropy(model_dir, tmp_path):
+def test_tool_tokens_carry_no_loss_no_kl_and_no_entropy(single_runs):
     """Multi-turn responses: tool tokens between the model's turns (loss mask 0) with advantages and reference
     log-probs of ±1e6 train exactly as with zeros there: same losses, gradient norm and policy after the update."""
-    huge = run(model_dir, tmp_path / "huge.json", 1, "--tool-tokens", "huge")
-    zero = run(model_dir, tmp_path / "zero.json", 1, "--tool-tokens", "zero")
+    huge, zero = single_runs["huge"], single_runs["zero"]
     assert huge["metrics"] == zero["metrics"]
     assert huge["after"] == zero["after"]
     assert any(0 in row[:4] and 1 in row[4:] for row in huge["mask"])  # tool tokens sit inside the responses

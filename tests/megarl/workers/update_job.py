@@ -1,19 +1,28 @@
 """Driver for test_update.py under torchrun (--nproc-per-node 1 or 2): actor, reference and critic roles of the
 given mesh, colocated. The actor computes old log-probs, runs the PPO update (clipped loss, entropy bonus, KL
 loss) on a fixed batch and computes the log-probs again; the reference scores the batch; the critic computes
-values, runs its update and computes values again. Rank 0 writes the metrics and tensors."""
+values, runs its update and computes values again. Rank 0 writes the metrics and tensors. Several jobs
+(`MODEL_DIR OUT [options] --and MODEL_DIR OUT [options] ...`) run one after another in one launch, each on workers
+of its own, sparing each further job the processes' start-up."""
 
 import argparse
 import json
 import math
+import sys
 
 import torch
 import torch.distributed as dist
 
 from megarl.process_exit import exit_process
+from tests.helpers import run_jobs_in_turn
 
 
 def main():
+    parser = job_parser()
+    run_jobs_in_turn(lambda argv: run_job(parser.parse_args(argv)), sys.argv[1:])
+
+
+def job_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser()
     parser.add_argument("model_dir")
     parser.add_argument("out")
@@ -29,8 +38,10 @@ def main():
     parser.add_argument("--tool-tokens", choices=["huge", "zero"],
                         help="responses with tool tokens (loss mask 0) between the model's turns, whose advantages and "
                              "reference log-probs are huge, or zero")
-    args = parser.parse_args()
+    return parser
 
+
+def run_job(args: argparse.Namespace) -> None:
     from megarl.config import load_config
     from megarl.placement import MAIN_POOL, start_workers
     from megarl.rollout.base import Response
