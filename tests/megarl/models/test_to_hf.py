@@ -7,32 +7,38 @@ import torch
 from megarl.models.to_hf import AttentionShape, megatron_to_hf
 
 
-@pytest.fixture(scope="module", params=["qwen2", "qwen3", "llama"])
-def family(request, tmp_path_factory):
-    from tests.helpers import make_model
-
-    return megatron_and_hf(make_model(request.param, tmp_path_factory.mktemp(request.param) / "model"))
+FAMILIES = ["qwen2", "qwen3", "llama"]
 
 
-def megatron_and_hf(model_dir):
-    """Full megatron parameters and the HF checkpoint tensors (mbridge-loaded model, one process)."""
+@pytest.fixture(scope="module")
+def megatron_params(tmp_path_factory):
+    """Per family, a tiny model's directory and its full megatron parameters (mbridge-loaded, all three families in
+    one process of their own: megatron's process-wide state stays out of pytest's)."""
     import subprocess
     import sys
 
-    from tests.helpers import REPO_ROOT
+    from tests.helpers import REPO_ROOT, make_model
 
-    out = model_dir.parent / "params.pt"
+    models = {name: make_model(name, tmp_path_factory.mktemp(name) / "model") for name in FAMILIES}
+    out = {name: model_dir.parent / "params.pt" for name, model_dir in models.items()}
     code = (
         "import sys, torch; from parallel import cpu_compat, topology; cpu_compat.enable();"
         "topology.init_distributed(); topology.init_model_parallel();"
         "from megarl.models.roles import build_reference; from megarl.config.schema import MegatronConfig;"
-        f"r = build_reference({str(model_dir)!r}, MegatronConfig());"
-        f"torch.save(dict(r.named_parameters()), {str(out)!r})"
+        + "".join(f"torch.save(dict(build_reference({str(models[name])!r}, MegatronConfig()).named_parameters()), "
+                  f"{str(out[name])!r});" for name in FAMILIES)
     )
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO_ROOT, capture_output=True, timeout=120)
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO_ROOT, capture_output=True, timeout=180)
+    return {name: (models[name], out[name]) for name in FAMILIES}
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def family(request, megatron_params):
+    """Full megatron parameters, the HF checkpoint tensors and the HF config of one family's tiny model."""
     from megarl.models.bridge import load_hf_config, read_hf_tensors
 
-    return torch.load(out), read_hf_tensors(model_dir), load_hf_config(model_dir)
+    model_dir, params = megatron_params[request.param]
+    return torch.load(params), read_hf_tensors(model_dir), load_hf_config(model_dir)
 
 
 def test_full_tensors_convert_to_the_checkpoint(family):
