@@ -13,7 +13,8 @@
 #   * writes /tmp/tesite/env.sh: sources /tmp/site/env.sh (if there and not yet sourced), then appends /tmp/tesite to
 #     PYTHONPATH, and puts the nvidia/nccl/lib of this python on LD_LIBRARY_PATH (libtransformer_engine.so needs
 #     libnccl.so.2, which otherwise only an earlier `import torch` brings in);
-#   * checks `import transformer_engine.pytorch as te; print(te.__version__)` (once per machine; again while it fails);
+#   * checks `import transformer_engine.pytorch as te` (prints transformer_engine.__version__: te.__version__ does not
+#     exist in 2.20) once per machine, again while it fails;
 #     when the prebuilt extension is what fails (other system libraries, undefined symbols), it builds it here once
 #     (TE_AUTO_BUILD=0: don't) and checks again.
 # Idempotent: a later call on the same warm machine finds /tmp/tesite ready and returns at once.
@@ -45,9 +46,11 @@ write_env() {
   } > "$T/env.sh"
 }
 
-check() {  # the import, in a clean subshell with env.sh; prints the version
+check() {  # the import, in a clean subshell with env.sh; prints the version (TE 2.20's transformer_engine.pytorch
+  # has no __version__: the top-level package's; megatron-core reads that one too)
   # shellcheck source=/dev/null
-  ( . "$T/env.sh" && cd /tmp && "$PY" -c "import transformer_engine.pytorch as te; print(te.__version__)" )
+  ( . "$T/env.sh" && cd /tmp && "$PY" -c \
+      "import transformer_engine as t, transformer_engine.pytorch as te, transformer_engine_torch; print(t.__version__)" )
 }
 
 finish() {
@@ -88,7 +91,7 @@ build_ext() {  # compile transformer_engine_torch from _build/ against this pyth
     grep -E "error|Error" "$log" | head -20 >&2; tail -5 "$log" >&2
     echo "[install_te] build failed (log $log)" >&2; rm -rf "$B"; exit 1
   fi
-  rm -rf "$T"/transformer_engine_torch.*.so "$T"/transformer_engine_torch-*.dist-info
+  rm -rf "$T"/transformer_engine/wheel_lib/transformer_engine_torch.*.so "$T"/transformer_engine_torch-*.dist-info
   unzip -q -o "$B"/dist/transformer_engine_torch-*.whl -d "$T"
   rm -rf "$B"; touch "$T/_build/built"
   echo "[install_te] built the torch extension in $(( $(date +%s) - t0 ))s"
@@ -137,6 +140,6 @@ for d in "$T"/_maybe/*/; do
 done
 rm -rf "$T/_maybe"
 
-if [ "${TE_FORCE_BUILD:-0}" = 1 ] || ! compgen -G "$T/transformer_engine_torch.*.so" >/dev/null; then build_ext; fi
+if [ "${TE_FORCE_BUILD:-0}" = 1 ] || ! compgen -G "$T/transformer_engine/wheel_lib/transformer_engine_torch.*.so" >/dev/null; then build_ext; fi
 touch "$T/.tesite-$SHA"
 finish

@@ -7,8 +7,9 @@
 # What goes in (one tree, packed as tar.xz, split into parts <= CHUNK_BYTES, one folder per part):
 #   * transformer-engine 2.20.2 (meta) + transformer-engine-cu13 2.20.2: libtransformer_engine.so (343 MB) is trimmed
 #     to the kept GPU archs (TE_KEEP_ARCHS, default 90 = H200): the other archs' cubins in .nv_fatbin are zeroed
-#     in place (fatbin_keep_arch.py; nothing moves, so the ELF stays valid, and zeros pack to nothing). Also dropped:
-#     transformer_engine/jax (Python only, unused), __pycache__.
+#     in place (fatbin_keep_arch.py; nothing moves, so the ELF stays valid, and zeros pack to nothing): 262 MB of
+#     xz becomes about 24. Also dropped: transformer_engine/jax (Python only, unused), onnx's test data, the debug
+#     info of ml_dtypes' extension, __pycache__.
 #   * transformer_engine_torch 2.20.2: a source package; by default (TE_PREBUILD=1) it is compiled HERE into a
 #     cp312 wheel against torch 2.11.0+cu130 (the GPU image's torch; the PyPI wheel is that build) in a Python 3.12
 #     venv under the cache, with CUDA 13.0 / cuDNN 9.19 / NCCL headers from pip wheels. It is a CppExtension: g++
@@ -111,7 +112,7 @@ if [ "$PREBUILD" = 1 ]; then
 fi
 
 # ---- the tree (cached by key: wheel names + extension wheel hash + trim rules)
-TRIM_REV=1   # bump when the unpack/trim rules below change
+TRIM_REV=3   # bump when the unpack/trim rules below change
 WHEELS=(); for s in "${TE_WHEELS[@]}" "${DEPS[@]}"; do WHEELS+=("$(wheel_for "$s")"); done
 KEY=$( (for w in "${WHEELS[@]}"; do basename "$w"; done; for m in "${MAYBE[@]}" "${BUILD_WHEELS[@]}"; do echo "$m"; done
         [ -n "$EXT_WHL" ] && sha256sum "$EXT_WHL" | cut -d' ' -f1
@@ -120,7 +121,8 @@ B="$CACHE/build/tree-$KEY"; echo "[stage_te] bundle key $KEY"
 if [ ! -s "$B/te.tar.xz" ]; then
   rm -rf "$B" && mkdir -p "$B/t"; T="$B/t"
   for w in "${WHEELS[@]}" ${EXT_WHL:+"$EXT_WHL"}; do unzip -q -o "$w" -d "$T"; done
-  rm -rf "$T/transformer_engine/jax"
+  rm -rf "$T/transformer_engine/jax" "$T/onnx/backend/test/data" "$T/onnx/test"   # TE's JAX half; onnx's test data (30 MB)
+  strip --strip-debug "$T"/ml_dtypes/*.so   # 24 MB -> 2 MB: debug info only
   if [ "$KEEP" != all ]; then
     # shellcheck disable=SC2086  # one argument per arch
     for so in "$T"/transformer_engine/wheel_lib/libtransformer_engine.so "$T"/transformer_engine/wheel_lib/libnccl_ep.so; do
@@ -129,7 +131,7 @@ if [ ! -s "$B/te.tar.xz" ]; then
   for m in "${MAYBE[@]}"; do s=${m%%:*}; mkdir -p "$T/_maybe/${s%%==*}"; unzip -q -o "$(wheel_for "$s")" -d "$T/_maybe/${s%%==*}"
     echo "${m#*:}" > "$T/_maybe/${s%%==*}/.import"; done
   mkdir -p "$T/_build"; cp "$CACHE/$SDIST" "$T/_build/"
-  unzip -q -o "$(wheel_for wheel==0.45.1)" -d "$T/_build/py" -x 'wheel/cli/*'
+  unzip -q -o "$(wheel_for wheel==0.45.1)" -d "$T/_build/py"
   unzip -q -o "$(wheel_for nvidia-cudnn-frontend==1.32.0)" 'include/*' -d "$T/_build"
   find "$T" -name __pycache__ -prune -exec rm -rf {} +
   { for s in "${TE_WHEELS[@]}" "${DEPS[@]}"; do echo "$s"; done; [ -n "$EXT_WHL" ] && echo "transformer-engine-torch==$TE_VER (prebuilt, cp312, torch 2.11.0+cu130)"

@@ -1,5 +1,6 @@
-"""`megarl check-model --hf DIR --tp N --pp N --cp N` (under torchrun): load a HF checkpoint in a parallel
-layout, compare its per-token log-probs with HF transformers, and round-trip the weights back to HF.
+"""`megarl check-model --hf DIR --tp N --pp N --cp N [--transformer-impl local|transformer_engine]` (under torchrun):
+load a HF checkpoint in a parallel layout, on megatron-core's local layers or Transformer Engine's, compare its
+per-token log-probs with HF transformers, and round-trip the weights back to HF.
 Run it before a long job; tests and benchmarks use `check_model` too."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from megarl.config.schema import MegatronConfig
+from megarl.models.accelerators import TRANSFORMER_IMPLS, transformer_engine_available
 from megarl.process_exit import exit_process
 
 
@@ -23,9 +25,11 @@ def _random_sequences(vocab: int, count: int, length: int, seed: int) -> list[to
 
 
 def check_model(hf_dir: str, tp: int = 1, pp: int = 1, cp: int = 1, bf16: bool | None = None,
-                num_sequences: int = 4, seq_length: int = 64, seed: int = 0, ep: int = 1) -> dict:
+                num_sequences: int = 4, seq_length: int = 64, seed: int = 0, ep: int = 1,
+                transformer_impl: str = "auto") -> dict:
     """Returns (identically on every rank) logprob_max_abs_diff against HF transformers (computed on global
     rank 0 only, broadcast) and weight_check: 'exact' when the export equals the checkpoint's tensors."""
+    from megarl.models.accelerators import uses_transformer_engine
     from megarl.models.bridge import load_hf_config
     from megarl.models.roles import build_reference
     from parallel import cpu_compat, topology
@@ -34,7 +38,8 @@ def check_model(hf_dir: str, tp: int = 1, pp: int = 1, cp: int = 1, bf16: bool |
     cpu_compat.enable()  # where this machine has no GPU, megatron runs through the CPU shim
     topology.init_distributed()
     topology.init_model_parallel(tp=tp, pp=pp, cp=cp, seed=seed, ep=ep)
-    megatron = MegatronConfig(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp)
+    megatron = MegatronConfig(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp,
+                              transformer_impl=transformer_impl)
     model = build_reference(hf_dir, megatron, bf16=bf16)
     vocab = load_hf_config(hf_dir).vocab_size
     sequences = _random_sequences(vocab, num_sequences, seq_length, seed)
@@ -44,7 +49,9 @@ def check_model(hf_dir: str, tp: int = 1, pp: int = 1, cp: int = 1, bf16: bool |
     if dist.get_rank() == 0:
         report[0] = _compare_with_hf(hf_dir, sequences, logprobs, exported, bf16)
     dist.broadcast_object_list(report, src=0)
-    return {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "dtype": "bf16" if bf16 else "fp32", **report[0]}
+    return {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "dtype": "bf16" if bf16 else "fp32",
+            "transformer_impl": "transformer_engine" if uses_transformer_engine(transformer_impl) else "local",
+            **report[0]}
 
 
 def _compare_with_hf(hf_dir, sequences, logprobs, exported, bf16) -> dict:
@@ -77,13 +84,20 @@ def main(argv=None) -> int:
     parser.add_argument("--cp", type=int, default=1)
     parser.add_argument("--ep", type=int, default=1, help="expert parallelism (a mixture-of-experts model)")
     parser.add_argument("--dtype", choices=["bf16", "fp32"], help="default: bf16 on GPU, fp32 on CPU")
+    parser.add_argument("--transformer-impl", choices=TRANSFORMER_IMPLS, default="auto",
+                        help="the layers: megatron-core's local ones (auto) or Transformer Engine's")
     parser.add_argument("--json", help="also write the report here (rank 0)")
     args = parser.parse_args(argv)
     if not (Path(args.hf) / "config.json").is_file():
         print(f"error: --hf {args.hf} is not a HF checkpoint directory (no config.json)", file=sys.stderr)
         return 2
     bf16 = None if args.dtype is None else args.dtype == "bf16"
-    report = check_model(args.hf, args.tp, args.pp, args.cp, bf16=bf16, ep=args.ep)
+    if args.transformer_impl == "transformer_engine" and not transformer_engine_available():
+        print("error: --transformer-impl transformer_engine needs Transformer Engine, which is not importable here "
+              "(`pip install -e \".[accel]\"` where it builds)", file=sys.stderr)
+        return 2
+    report = check_model(args.hf, args.tp, args.pp, args.cp, bf16=bf16, ep=args.ep,
+                         transformer_impl=args.transformer_impl)
     if dist.get_rank() == 0:
         print(json.dumps(report))
         if args.json:

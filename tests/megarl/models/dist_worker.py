@@ -101,6 +101,7 @@ def main():
     parser = layout_parser()
     parser.add_argument("--bf16", action="store_true")
     parser.add_argument("--length-scale", type=int, default=1)
+    parser.add_argument("--transformer-impl", default="auto", help="actor.megatron.transformer_impl")
     run_each_layout(parser, layout_result)
 
 
@@ -108,12 +109,13 @@ def layout_result(args: argparse.Namespace) -> dict:
     """This layout's numbers (rank 0's are the ones written)."""
     lengths = [n * args.length_scale for n in BASE_LENGTHS]
     megatron = MegatronConfig(tensor_model_parallel_size=args.tp, pipeline_model_parallel_size=args.pp,
-                              context_parallel_size=args.cp)
+                              context_parallel_size=args.cp, transformer_impl=args.transformer_impl)
     optim = OptimConfig(lr=1e-3, weight_decay=0.0, clip_grad=1e9)
     actor = build_actor(args.model_dir, megatron, optim, total_steps=1, bf16=args.bf16)
     seqs = sequences(actor.bridge.hf_config.vocab_size, lengths)
     before = actor.logprobs(seqs, MICRO_BATCHES, with_entropy=True)
-    result = {"logprobs": [t.tolist() for t in before["logprobs"]], "entropy": [t.tolist() for t in before["entropy"]]}
+    result = {"logprobs": [t.tolist() for t in before["logprobs"]], "entropy": [t.tolist() for t in before["entropy"]],
+              "core_attention": type(first_layer(actor).self_attention.core_attention).__name__}
     result.update(hf_comparison(args.model_dir, actor, seqs, before["logprobs"], args.bf16))
     if args.pp == 1 and args.cp == 1:  # the padded computation: one right-padded batch, no packing
         result["packed_vs_padded"] = packed_vs_padded(actor, seqs, before["logprobs"])
@@ -142,6 +144,13 @@ def layout_result(args: argparse.Namespace) -> dict:
     result.update(reference_result(args, megatron, seqs, before["logprobs"]))
     result["lengths"] = lengths
     return result
+
+
+def first_layer(role):
+    """The first transformer layer of this rank's first model chunk."""
+    from megatron.core.utils import unwrap_model
+
+    return unwrap_model(role.chunks[0]).decoder.layers[0]
 
 
 def hf_comparison(model_dir, actor, seqs, logprobs, bf16: bool) -> dict:

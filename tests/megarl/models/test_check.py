@@ -3,6 +3,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers import REPO_ROOT, make_model
 
 ENV = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
@@ -24,3 +26,15 @@ def test_check_model_names_a_bad_directory(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "megarl.cli", "check-model", "--hf", str(tmp_path)],
                           capture_output=True, text=True, timeout=120, env=ENV)
     assert proc.returncode == 2 and "is not a HF checkpoint directory" in proc.stderr
+
+
+def test_check_model_on_transformer_engine_layers_needs_them_installed(tmp_path):
+    from megarl.models.accelerators import transformer_engine_available
+
+    if transformer_engine_available():
+        pytest.skip("Transformer Engine is installed here: tests/gpu/test_transformer_engine_gpu.py runs this path")
+    model = make_model("qwen2", tmp_path / "model")
+    proc = subprocess.run([sys.executable, "-m", "megarl.cli", "check-model", "--hf", str(model), "--transformer-impl",
+                           "transformer_engine"], capture_output=True, text=True, timeout=120, env=ENV)
+    assert proc.returncode == 2
+    assert "--transformer-impl transformer_engine needs Transformer Engine, which is not importable here" in proc.stderr
