@@ -115,6 +115,15 @@ def phase_floors(cfg, hf_config, steps: list[dict], peak: float) -> dict[str, di
     return out
 
 
+def model_path(cfg) -> str:
+    """Which layers the actor ran: Transformer Engine's or megatron-core's local ones (actor.megatron.transformer_impl)."""
+    from megarl.models.accelerators import uses_transformer_engine
+
+    if uses_transformer_engine(cfg.actor.megatron.transformer_impl):
+        return "megatron-core, Transformer Engine layers"
+    return "megatron-core, local layers"
+
+
 def matmul_peak(sizes=(4096, 8192), flops_per_size: float = 2e13) -> float:
     """The bf16 FLOP/s this GPU's square matmuls reach (the best of `sizes`, each timed over about
     `flops_per_size` FLOPs after a warm-up): the hardware limit a dense phase can approach, measured."""
@@ -271,7 +280,7 @@ def main() -> int:
            "command": "python benchmarks/rl_step.py " + " ".join(sys.argv[1:]), "model_shape": shape_name(args),
            "dtype": "bf16" if cuda else "fp32", "gpus_used": cfg.world_size, "backend": cfg.rollout.name,
            "batch": cfg.data.train_batch_size, "n": cfg.rollout.n, "response_len": cfg.data.max_response_length,
-           **summary(cfg, load_hf_config(model), metrics, peak)}
+           "model_path": model_path(cfg), **summary(cfg, load_hf_config(model), metrics, peak)}
     if peak:
         with_matmul_peak(row, peak, matmul_peak())
     if not args.no_baselines:
