@@ -43,9 +43,10 @@ extras_require = {
         TRANSFORMERS,
         "tokenizers==0.22.2",
     ],
-    # Optional accelerators: used when importable, never required.
+    # Optional accelerators: used where a role's config names them, never required. Transformer Engine at the version
+    # benchmarks/accel/stage_te.sh stages and tests/gpu/test_transformer_engine_gpu.py runs (CUDA 13 build).
     "accel": [
-        "transformer-engine",
+        "transformer-engine[pytorch,core-cu13]==2.20.2",
         "flash-attn",
     ],
     "math-verify": ["math-verify>=0.7"],

@@ -1,5 +1,5 @@
 """The Docker image and setup.py agree: the image installs megarl's own extras and its base torch is the
-gpu extra's torch."""
+gpu extra's torch; the accel extra pins the Transformer Engine that ran on the GPU machine."""
 
 import importlib.metadata
 import re
@@ -31,6 +31,13 @@ def test_image_pins_nothing_but_what_setup_py_pins():
                               if "==" in r and ";" not in r}}
     assert all(pins.get(name) == version for name, version in pinned.items()), pinned
     assert 'pip install ".[gpu,loggers]"' in DOCKERFILE and '".[accel]"' in DOCKERFILE
+
+
+def test_accel_pins_the_transformer_engine_the_gpu_tests_ran():
+    staged = re.search(r"^TE_VER=(\S+)$", (REPO_ROOT / "benchmarks/accel/stage_te.sh").read_text(), re.M).group(1)
+    accel = [spec.strip() for spec, _, marker in (r.partition(";") for r in importlib.metadata.requires("megarl"))
+             if 'extra == "accel"' in marker]
+    assert any(spec.startswith("transformer-engine[") and spec.endswith(f"=={staged}") for spec in accel), accel
 
 
 def test_image_carries_the_package_recipes_and_launchers():
