@@ -15,7 +15,7 @@ def test_pins():
     assert {"torch==2.13.0", "pytest>=8", "hypothesis"} <= requirements("dev")
     assert {"sglang==0.5.16", "torch==2.11.0", "transformers==5.12.1", "tokenizers==0.22.2"} <= requirements("gpu")
     accelerators = requirements("accel")
-    assert {"transformer-engine", "flash-attn"} == accelerators
+    assert {"transformer-engine[core-cu13,pytorch]==2.20.2", "flash-attn"} == accelerators
     assert not accelerators & (requirements() | requirements("gpu"))  # never required
 
 
