@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from megarl.config.schema import MegatronConfig
-from megarl.models.accelerators import TRANSFORMER_IMPLS, transformer_engine_available
+from megarl.models.accelerators import TRANSFORMER_IMPLS, transformer_engine_available, uses_transformer_engine
 from megarl.process_exit import exit_process
 
 
@@ -29,7 +29,6 @@ def check_model(hf_dir: str, tp: int = 1, pp: int = 1, cp: int = 1, bf16: bool |
                 transformer_impl: str = "auto") -> dict:
     """Returns (identically on every rank) logprob_max_abs_diff against HF transformers (computed on global
     rank 0 only, broadcast) and weight_check: 'exact' when the export equals the checkpoint's tensors."""
-    from megarl.models.accelerators import uses_transformer_engine
     from megarl.models.bridge import load_hf_config
     from megarl.models.roles import build_reference
     from parallel import cpu_compat, topology
