@@ -8,6 +8,8 @@ continue MODEL_DIR OUT TP: train the actor two steps, save a training checkpoint
   writes the third step's metrics and the weights after it (continue.pt).
 resume MODEL_DIR OUT TP: a fresh actor loads OUT/actor and trains one step; writes the same (resume.pt).
 load MODEL_DIR OUT TP: a fresh actor loads OUT/actor (for the error cases).
+Several jobs (`MODE SOURCE OUT [TP] --and MODE SOURCE OUT [TP] ...`) run one after another in one launch, each on a
+megatron mesh of its own.
 """
 
 import json
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from megatron.core import parallel_state
 from megatron.core.utils import unwrap_model
 from safetensors.torch import save_file
 
@@ -25,6 +28,7 @@ from megarl.models.packing import pack_sequences
 from megarl.models.roles import build_actor, build_critic
 from megarl.process_exit import exit_process
 from parallel import cpu_compat, topology
+from tests.helpers import split_jobs
 
 SEQS = [torch.arange(3, 12), torch.arange(20, 27), torch.arange(40, 53)]
 
@@ -42,10 +46,15 @@ def weights_after_step(role) -> dict:
 
 
 def main():
-    mode, source, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
-    tp = int(sys.argv[4]) if len(sys.argv) > 4 else 1
     cpu_compat.enable()  # a CPU test: megatron through the CPU shim
     topology.init_distributed(timeout_s=120)
+    for job in split_jobs(sys.argv[1:]):
+        run_job(job[0], job[1], Path(job[2]), int(job[3]) if len(job) > 3 else 1)
+        parallel_state.destroy_model_parallel()
+    topology.destroy()
+
+
+def run_job(mode: str, source: str, out: Path, tp: int) -> None:
     topology.init_model_parallel(tp=tp)
     megatron = MegatronConfig(tensor_model_parallel_size=tp)
     optim = OptimConfig(lr=1e-2, weight_decay=0.0)
@@ -75,7 +84,6 @@ def main():
     if dist.get_rank() == 0 and result is not None:
         (out / "values.json").write_text(json.dumps(result))
     dist.barrier()
-    topology.destroy()
 
 
 if __name__ == "__main__":

@@ -39,15 +39,26 @@ def exported(path: Path) -> dict:
     return tensors
 
 
-def test_save_at_tp2_export_in_one_process(tmp_path):
-    model = make_model("qwen3", tmp_path / "model")
-    (model / "tokenizer_config.json").write_text("{}")
-    torchrun(2, "save", model, tmp_path, 2)
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """In one launch of two ranks: a step at TP=2 saved (`saved`: its directory and model); two steps at DP=2 (the
+    optimizer state sharded over both ranks), a training checkpoint and a third step, then a fresh actor resumed from
+    that checkpoint for one step (`resumed`)."""
+    saved, resumed = tmp_path_factory.mktemp("save"), tmp_path_factory.mktemp("resume")
+    save_model, resume_model = make_model("qwen3", saved / "model"), make_model("qwen2", resumed / "model")
+    (save_model / "tokenizer_config.json").write_text("{}")
+    torchrun(2, "save", save_model, saved, 2, "--and", "continue", resume_model, resumed, 1,
+             "--and", "resume", resume_model, resumed, 1)
+    return {"saved": (saved, save_model), "resumed": (resumed, resume_model)}
+
+
+def test_save_at_tp2_export_in_one_process(two_ranks, tmp_path):
+    saved, model = two_ranks["saved"]
     for role in ("actor", "critic"):
         out = tmp_path / f"hf_{role}"
-        proc = run([sys.executable, "-m", "megarl.cli", "export", "--checkpoint", tmp_path / role, "--out", out])
+        proc = run([sys.executable, "-m", "megarl.cli", "export", "--checkpoint", saved / role, "--out", out])
         assert f"wrote {out}" in proc.stdout
-        expected = load_file(str(tmp_path / f"expected_{role}.safetensors"))
+        expected = load_file(str(saved / f"expected_{role}.safetensors"))
         got = exported(out)
         assert sorted(got) == sorted(expected)
         assert all(torch.equal(got[name], expected[name]) for name in expected), role
@@ -62,7 +73,7 @@ def test_save_at_tp2_export_in_one_process(tmp_path):
 
     AutoModelForCausalLM.from_pretrained(tmp_path / "hf_actor")  # loadable by transformers
 
-    values_at_save = json.loads((tmp_path / "values.json").read_text())
+    values_at_save = json.loads((saved / "values.json").read_text())
     reload_dir = tmp_path / "reload"
     reload_dir.mkdir()
     torchrun(1, "values", tmp_path / "hf_critic", reload_dir)
@@ -77,18 +88,13 @@ def test_export_of_a_missing_checkpoint_is_an_error(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def saved_at_dp2(tmp_path_factory):
-    """Two steps at DP=2 (the optimizer state sharded over both ranks), a training checkpoint, a third step."""
-    root = tmp_path_factory.mktemp("resume")
-    model = make_model("qwen2", root / "model")
-    torchrun(2, "continue", model, root, 1)
-    return root, model
+def saved_at_dp2(two_ranks):
+    return two_ranks["resumed"]
 
 
 def test_training_checkpoint_continues_exactly(saved_at_dp2):
     root, model = saved_at_dp2
     assert sorted(p.name for p in (root / "actor").iterdir()) == ["hf", "model", "optimizer", "rng", "role.json"]
-    torchrun(2, "resume", model, root, 1)
     for rank in (0, 1):
         expected, got = torch.load(root / f"continue_{rank}.pt"), torch.load(root / f"resume_{rank}.pt")
         assert got["metrics"] == expected["metrics"]
