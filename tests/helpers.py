@@ -35,6 +35,12 @@ def max_abs(a, b) -> float:
     return max(abs(x - y) for p, q in zip(a, b) for x, y in zip(p, q))
 
 
+def mean_abs(a, b) -> float:
+    """The mean |a − b| over two lists of equal-length lists of numbers."""
+    diffs = [abs(x - y) for p, q in zip(a, b) for x, y in zip(p, q)]
+    return sum(diffs) / len(diffs)
+
+
 def make_tokenizer(out_dir: Path, corpus: list[str] | None = None, vocab_size: int = 400, chat_template=None):
     """A byte-level BPE tokenizer with a chat template (default ChatML), saved in `out_dir` and loaded back."""
     from megarl.models.tokenizer import CHATML_TEMPLATE, DEFAULT_CORPUS, build_tokenizer

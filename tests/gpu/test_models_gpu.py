@@ -12,21 +12,12 @@ import pytest
 import torch
 
 from megarl.models.shapes import write_random_checkpoint
-from tests.helpers import LAYOUTS, run_layout
+from tests.helpers import LAYOUTS, max_abs, mean_abs, run_layout
 
 pytestmark = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (nvidia-h200-x2)")
 
 SHAPE = "qwen2.5-0.5b"
 LENGTH_SCALE = 32  # sequences of 192..448 tokens
-
-
-def max_abs(a, b):
-    return max(abs(x - y) for p, q in zip(a, b) for x, y in zip(p, q))
-
-
-def mean_abs(a, b):
-    diffs = [abs(x - y) for p, q in zip(a, b) for x, y in zip(p, q)]
-    return sum(diffs) / len(diffs)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import torch
 
 from megarl.models.accelerators import transformer_engine_available
 from megarl.models.shapes import write_random_checkpoint
-from tests.helpers import DIST_WORKER, run_layouts
+from tests.helpers import DIST_WORKER, max_abs, mean_abs, run_layouts
 
 pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
@@ -26,15 +26,6 @@ pytestmark = [
 SHAPES = ("qwen2.5-0.5b", "qwen3-0.6b")
 IMPLS = {"local": "SDPAttention", "transformer_engine": "TEDotProductAttention"}
 LENGTH_SCALE = 32  # sequences of 192..448 tokens
-
-
-def max_abs(a, b):
-    return max(abs(x - y) for p, q in zip(a, b) for x, y in zip(p, q))
-
-
-def mean_abs(a, b):
-    diffs = [abs(x - y) for p, q in zip(a, b) for x, y in zip(p, q)]
-    return sum(diffs) / len(diffs)
 
 
 @pytest.fixture(scope="module")
