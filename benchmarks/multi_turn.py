@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 
 from rl_memory import append_row
-from rl_step import overrides, prepare_data, recipe_run_parser, run_steps
+from rl_step import model_path, overrides, prepare_data, recipe_run_parser, run_steps
 from rollout_pool import measured, run_summary
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
@@ -107,11 +107,7 @@ def machine_fields(cfg) -> dict:
     """The card and the actor's layer implementation the row was measured with."""
     import torch
 
-    from megarl.models.accelerators import uses_transformer_engine
-
-    te = uses_transformer_engine(cfg.actor.megatron.transformer_impl)
-    return {"card": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-            "model_path": "Transformer Engine layers" if te else "megatron-core local layers"}
+    return {"card": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", "model_path": model_path(cfg)}
 
 
 def main() -> int:

@@ -34,7 +34,7 @@ import threading
 import time
 from pathlib import Path
 
-from rl_step import ENGINE, prepare  # the engine settings megarl's side runs with
+from rl_step import ENGINE, model_path, prepare  # the engine settings megarl's side runs with
 
 REPO = Path(__file__).resolve().parents[1]
 PHASES = ("gen", "old_log_prob", "ref", "values", "update_critic", "update_actor", "update_weights", "step")
@@ -219,7 +219,6 @@ def main() -> int:
     from rl_memory import append_row
 
     from megarl.config import load_config
-    from megarl.models.accelerators import uses_transformer_engine
 
     cfg = load_config(args.recipe, [])
     # where rl_step.prepare puts them, on the machine that ran
@@ -234,9 +233,7 @@ def main() -> int:
         samples = [float(v) for v in args.verl_memory.read_text().split()]
         verl = verl_side(verl_steps(args.verl_log.read_text()), max(samples) * 2**20 / 1e9)
         megarl_row = json.loads(args.megarl_row.read_text())[-1]
-    te = uses_transformer_engine(cfg.actor.megatron.transformer_impl)
-    layers = "megatron-core, Transformer Engine layers" if te else "megatron-core, local layers"
-    row = peer_row(args, verl, megarl_side(megarl_row), overrides, megarl_row["commit"], layers)
+    row = peer_row(args, verl, megarl_side(megarl_row), overrides, megarl_row["commit"], model_path(cfg))
     if args.mode == "report":
         row["from_logs"] = {"verl_log": str(args.verl_log), "verl_memory": str(args.verl_memory),
                             "megarl_row": megarl_row["command"]}
