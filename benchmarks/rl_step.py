@@ -117,11 +117,9 @@ def phase_floors(cfg, hf_config, steps: list[dict], peak: float) -> dict[str, di
 
 def model_path(cfg) -> str:
     """Which layers the actor ran: Transformer Engine's or megatron-core's local ones (actor.megatron.transformer_impl)."""
-    from megarl.models.accelerators import uses_transformer_engine
+    from megarl.models.accelerators import layers_name
 
-    if uses_transformer_engine(cfg.actor.megatron.transformer_impl):
-        return "megatron-core, Transformer Engine layers"
-    return "megatron-core, local layers"
+    return layers_name(cfg.actor.megatron.transformer_impl)
 
 
 def matmul_peak(sizes=(4096, 8192), flops_per_size: float = 2e13) -> float:

@@ -15,6 +15,7 @@
 # Usage: bash launch/tiny_cpu.sh [grpo|ppo|dapo|rlhf|lora|judge|moe|tools] [key=value ...]  (overrides: the RL recipe's)
 #   LAUNCHER=torchrun bash launch/tiny_cpu.sh grpo           (default: Ray, started locally)
 #   NPROC=1 bash launch/tiny_cpu.sh grpo rollout.name=sglang (processes, or GPUs when CUDA is there; default 2)
+#   RM_OVERRIDES="critic.megatron.transformer_impl=local" bash launch/tiny_cpu.sh rlhf  (the reward model stage's)
 # Outputs go to outputs/tiny_cpu/: data/, init/ (random weights), sft/hf (the warm start), rm/hf (rlhf's reward
 # model), judge_sft/hf (the judge recipe's judge), moe_init/ and moe_sft/hf (moe's), grpo/, ppo/, dapo/, rlhf/,
 # judge/ or moe/ (metrics.jsonl, samples/ ...);
@@ -60,7 +61,8 @@ if [ "$algorithm" = rlhf ]; then
     [ -f "$out/data/rankings_$split.parquet" ] || python -m megarl.cli sample-rankings --model "$out/sft/hf" \
       --data "$out/data/$split.parquet" --out "$out/data/rankings_$split.parquet" --samples 64 --per-prompt 4
   done
-  [ -f "$out/rm/hf/config.json" ] || run rm --recipe recipes/tiny_cpu_rm.yaml
+  # shellcheck disable=SC2086  # RM_OVERRIDES: words of key=value
+  [ -f "$out/rm/hf/config.json" ] || run rm --recipe recipes/tiny_cpu_rm.yaml ${RM_OVERRIDES:-}
 fi
 if [ "$algorithm" = judge ]; then
   [ -f "$out/judge_sft/hf/config.json" ] || run sft --recipe recipes/tiny_cpu_judge_sft.yaml

@@ -15,6 +15,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
+import pytest
+
+from megarl.models.accelerators import transformer_engine_available
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("MEGARL_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 # For the subprocesses: the repository importable, a local Ray without token auth, wandb writing offline.
@@ -27,6 +31,11 @@ GPU0_ENV = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get
 SGLANG = ["rollout.name=sglang", "rollout.gpu_memory_utilization=0.3", "rollout.engine_kwargs.attention_backend=triton",
           "rollout.engine_kwargs.sampling_backend=pytorch", "rollout.engine_kwargs.cuda_graph_max_bs_decode=64"]
 DIST_WORKER = REPO_ROOT / "tests" / "megarl" / "models" / "dist_worker.py"
+ON_TRANSFORMER_ENGINE = pytest.mark.skipif(
+    not transformer_engine_available(),
+    reason="Transformer Engine is not installed (on the GPU machine: benchmarks/accel/install_te.sh)")
+# A GPU test's layers: megatron-core's local ones, and Transformer Engine's where it imports.
+TRANSFORMER_IMPLS = ["local", pytest.param("transformer_engine", marks=ON_TRANSFORMER_ENGINE)]
 LAYOUTS = {"tp2": (2, 1, 1), "pp2": (1, 2, 1), "cp2": (1, 1, 2), "dp2": (1, 1, 1)}  # name: (tp, pp, cp)
 
 

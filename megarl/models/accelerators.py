@@ -36,6 +36,13 @@ def uses_transformer_engine(transformer_impl: str) -> bool:
     return transformer_impl == "transformer_engine"
 
 
+def layers_name(transformer_impl: str) -> str:
+    """The layers a `megatron.transformer_impl` builds, as result rows name them (`model_path`)."""
+    if uses_transformer_engine(transformer_impl):
+        return "megatron-core, Transformer Engine layers"
+    return "megatron-core, local layers"
+
+
 def transformer_engine_asked(config) -> bool:
     """Whether any megatron section of a recipe's config (a dataclass tree; RL, SFT or reward-model) asks for
     Transformer Engine's layers."""

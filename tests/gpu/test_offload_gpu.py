@@ -7,16 +7,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import GPU0_ENV, run_one_rank
+from tests.helpers import GPU0_ENV, TRANSFORMER_IMPLS, run_one_rank
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the device machines)")
 
 
-def test_offloads_move_state_off_the_gpu_and_keep_loaded_weights(tmp_path):
+@pytest.mark.parametrize("transformer_impl", TRANSFORMER_IMPLS)
+def test_offloads_move_state_off_the_gpu_and_keep_loaded_weights(tmp_path, transformer_impl):
     from megarl.models.init_model import write_model
 
     model = write_model("qwen2.5-0.5b", tmp_path / "model", dtype=torch.bfloat16, num_hidden_layers=4)
-    r = run_one_rank(Path(__file__).with_name("offload_worker.py"), model, tmp_path / "ckpt",
+    r = run_one_rank(Path(__file__).with_name("offload_worker.py"), model, tmp_path / "ckpt", transformer_impl,
                      out=tmp_path / "out.json", env=GPU0_ENV, timeout=600)
     print(json.dumps(r))
     params = r["params_per_rank"]

@@ -11,7 +11,9 @@ import time
 import pytest
 import torch
 
-from tests.helpers import GPU0_ENV, REPO_ROOT, SGLANG, SHARED_DATA, launch_workdir, record_gpu_row
+from megarl.models.accelerators import layers_name
+from tests.helpers import (GPU0_ENV, ON_TRANSFORMER_ENGINE, REPO_ROOT, SGLANG, SHARED_DATA, launch_workdir,
+                           record_gpu_row)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA and SGLang (the device machines)")
 
@@ -56,22 +58,31 @@ def record(row, name: str = "recipes_gpu.json"):
     record_gpu_row(name, {"dtype": "bf16", "backend": "sglang", **row})
 
 
+TE = "transformer_impl=transformer_engine"
 # lora: SGLang serves the merged adapters each step; async: one SGLang request per response, scored as it finishes;
-# tools: the agent loop's trajectories through SGLang's async API, the python tool in the sandbox
+# tools: the agent loop's trajectories through SGLang's async API, the python tool in the sandbox; -te: every
+# megatron model (actor and reference; rlhf's reward model in its training, then as critic and reward) on
+# Transformer Engine's layers
 TINY_RUNS = {"grpo": ("grpo", ()), "lora": ("lora", ()), "grpo-async": ("grpo", ("rollout.mode=async",)),
-             "tools": ("tools", ()), "tools-async": ("tools", ("rollout.mode=async",))}
+             "tools": ("tools", ()), "tools-async": ("tools", ("rollout.mode=async",)),
+             "grpo-te": ("grpo", (f"actor.megatron.{TE}",)),
+             "rlhf-te": ("rlhf", (f"actor.megatron.{TE}", f"critic.megatron.{TE}", f"reward.model.megatron.{TE}"))}
 
 
-@pytest.mark.parametrize("run", sorted(TINY_RUNS))
+@pytest.mark.parametrize("run", [pytest.param(run, marks=[ON_TRANSFORMER_ENGINE] if run.endswith("-te") else [])
+                                 for run in sorted(TINY_RUNS)])
 def test_tiny_recipe_learns_on_one_gpu(tmp_path, run):
     recipe, extra = TINY_RUNS[run]
     launch_workdir(tmp_path)
+    stage_env = {"RM_OVERRIDES": f"critic.megatron.{TE}"} if run.endswith("-te") else {}
     proc = subprocess.run(["bash", "launch/tiny_cpu.sh", recipe, *SGLANG, *extra], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=900, env={**GPU0_ENV, "LAUNCHER": "torchrun", "NPROC": "1"})
+                          text=True, timeout=900,
+                          env={**GPU0_ENV, "LAUNCHER": "torchrun", "NPROC": "1", **stage_env})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     rows = read_metrics(tmp_path / f"outputs/tiny_cpu/{recipe}/metrics.jsonl")
     steps = [r for r in rows if r["step"] > 0]
-    scores = [s["critic/score/mean"] for s in steps]
+    # rlhf's reward is the reward model's alone: the rule's score says whether the policy learned the task
+    scores = [s["reward/rule_score/mean" if recipe == "rlhf" else "critic/score/mean"] for s in steps]
     validation = {r["step"]: r[k] for r in rows for k in r if k.startswith("val-core/")}
     record({"what": f"tiny-{run}-recipe", "command": "MEGARL_RESULTS_DIR=$OUT python -m pytest "
             f"tests/gpu/test_recipes_gpu.py -k 'tiny and {run}'", "model_shape": "tiny", "scores": scores,
@@ -79,9 +90,19 @@ def test_tiny_recipe_learns_on_one_gpu(tmp_path, run):
             "logprob_mult_error_max": max(s["rollout/logprob_mult_error"] for s in steps),
             **({"tool_calls_per_sample": [s["tool/calls_per_sample"] for s in steps],
                 "tools_s_median": sorted(s["timing_s/tools"] for s in steps)[len(steps) // 2]}
-               if recipe == "tools" else {})})
+               if recipe == "tools" else {}),
+            **({"model_path": layers_name("transformer_engine")} if run.endswith("-te") else {}),
+            **({"rm_val_accuracy": rm_accuracy(tmp_path)} if recipe == "rlhf" else {})})
     assert scores[0] <= 0.4 and sum(scores[-3:]) / 3 >= 0.8, scores
     assert validation[0] <= 0.4 and validation[max(validation)] >= 0.8, validation
+    if recipe == "rlhf":
+        assert rm_accuracy(tmp_path)[-1] >= 0.9
+
+
+def rm_accuracy(workdir) -> list[float]:
+    """The reward model's pairwise accuracy on held-out rankings, per validation of its training."""
+    rows = map(json.loads, (workdir / "outputs/tiny_cpu/rm/metrics.jsonl").read_text().splitlines())
+    return [row["val/rm/accuracy"] for row in rows if "val/rm/accuracy" in row]
 
 
 def test_qwen2_5_0_5b_ppo_three_steps(tmp_path):

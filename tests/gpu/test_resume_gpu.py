@@ -2,18 +2,18 @@
 weights, LR scheduler, RNG states) resume to the same step: a run resumed from step 2 of another reproduces its
 step 3. The tiny recipe's model and data, the transformers rollout backend on the GPU.
 
-Rows for benchmarks/results/ go to $MEGARL_RESULTS_DIR/resume_gpu.json when it is set."""
+On megatron-core's local layers and on Transformer Engine's where it is installed. Rows for benchmarks/results/ go to
+$MEGARL_RESULTS_DIR/resume_gpu.json when it is set."""
 
-import datetime
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 import torch
 
-from tests.helpers import GPU0_ENV, REPO_ROOT, WALL_CLOCK, gpu_machine
+from megarl.models.accelerators import layers_name
+from tests.helpers import GPU0_ENV, REPO_ROOT, TRANSFORMER_IMPLS, WALL_CLOCK, record_gpu_row
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the device machines)")
 
@@ -40,18 +40,17 @@ def train(out, *extra):
     return {r["step"]: {k: v for k, v in r.items() if not k.startswith(WALL_CLOCK)} for r in rows}
 
 
-def test_a_resumed_run_reproduces_the_next_step(tmp_path):
-    whole = train(tmp_path / "whole")
-    resumed = train(tmp_path / "resumed", "trainer.resume_mode=resume_path",
+@pytest.mark.parametrize("transformer_impl", TRANSFORMER_IMPLS)
+def test_a_resumed_run_reproduces_the_next_step(tmp_path, transformer_impl):
+    layers = f"actor.megatron.transformer_impl={transformer_impl}"
+    whole = train(tmp_path / "whole", layers)
+    resumed = train(tmp_path / "resumed", layers, "trainer.resume_mode=resume_path",
                     f"trainer.resume_from_path={tmp_path / 'whole/checkpoints/global_step_2'}")
     assert sorted(resumed) == [3]
     differences = {k: (whole[3][k], resumed[3][k]) for k in whole[3] if whole[3][k] != resumed[3][k]}
-    if os.environ.get("MEGARL_RESULTS_DIR"):
-        row = {"date": datetime.date.today().isoformat(), "commit": os.environ.get("MEGARL_COMMIT", "unknown"),
-               "machine": gpu_machine(), "gpus_used": 1, "what": "resume", "model_shape": "tiny", "dtype": "bf16",
-               "backend": "transformers", "command": "MEGARL_RESULTS_DIR=$OUT python -m pytest tests/gpu/test_resume_gpu.py",
-               "step3_metrics": len(whole[3]), "differing": differences}
-        with open(os.path.join(os.environ["MEGARL_RESULTS_DIR"], "resume_gpu.json"), "w") as f:
-            json.dump([row], f, indent=1)
+    record_gpu_row("resume_gpu.json", {
+        "what": "resume", "model_shape": "tiny", "dtype": "bf16", "model_path": layers_name(transformer_impl),
+        "backend": "transformers", "step3_metrics": len(whole[3]), "differing": differences,
+        "command": f"MEGARL_RESULTS_DIR=$OUT python -m pytest tests/gpu/test_resume_gpu.py -k {transformer_impl}"})
     assert whole[3]["actor/grad_norm"] > 0
     assert not differences, differences

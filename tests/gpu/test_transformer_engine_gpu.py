@@ -13,15 +13,10 @@ import os
 import pytest
 import torch
 
-from megarl.models.accelerators import transformer_engine_available
 from megarl.models.shapes import write_random_checkpoint
-from tests.helpers import DIST_WORKER, max_abs, mean_abs, run_layouts
+from tests.helpers import DIST_WORKER, ON_TRANSFORMER_ENGINE, max_abs, mean_abs, run_layouts
 
-pytestmark = [
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(not transformer_engine_available(),
-                       reason="Transformer Engine is not installed (on the GPU machine: benchmarks/accel/install_te.sh)"),
-]
+pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"), ON_TRANSFORMER_ENGINE]
 
 SHAPES = ("qwen2.5-0.5b", "qwen3-0.6b")
 IMPLS = {"local": "SDPAttention", "transformer_engine": "TEDotProductAttention"}
