@@ -10,7 +10,9 @@ import time
 
 import pytest
 import torch
+import yaml
 
+from megarl.config.loader import RESOLVED_CONFIG_NAME
 from megarl.models.accelerators import layers_name
 from tests.helpers import (GPU0_ENV, ON_TRANSFORMER_ENGINE, REPO_ROOT, SGLANG, SHARED_DATA, launch_workdir,
                            record_gpu_row)
@@ -73,8 +75,9 @@ TINY_RUNS = {"grpo": ("grpo", ()), "lora": ("lora", ()), "grpo-async": ("grpo", 
                                  for run in sorted(TINY_RUNS)])
 def test_tiny_recipe_learns_on_one_gpu(tmp_path, run):
     recipe, extra = TINY_RUNS[run]
+    on_te = run.endswith("-te")
     launch_workdir(tmp_path)
-    stage_env = {"RM_OVERRIDES": f"critic.megatron.{TE}"} if run.endswith("-te") else {}
+    stage_env = {"RM_OVERRIDES": f"critic.megatron.{TE}"} if on_te else {}
     proc = subprocess.run(["bash", "launch/tiny_cpu.sh", recipe, *SGLANG, *extra], cwd=tmp_path, capture_output=True,
                           text=True, timeout=900,
                           env={**GPU0_ENV, "LAUNCHER": "torchrun", "NPROC": "1", **stage_env})
@@ -91,12 +94,15 @@ def test_tiny_recipe_learns_on_one_gpu(tmp_path, run):
             **({"tool_calls_per_sample": [s["tool/calls_per_sample"] for s in steps],
                 "tools_s_median": sorted(s["timing_s/tools"] for s in steps)[len(steps) // 2]}
                if recipe == "tools" else {}),
-            **({"model_path": layers_name("transformer_engine")} if run.endswith("-te") else {}),
+            "model_path": layers_name("transformer_engine" if on_te else "local"),
             **({"rm_val_accuracy": rm_accuracy(tmp_path)} if recipe == "rlhf" else {})})
     assert scores[0] <= 0.4 and sum(scores[-3:]) / 3 >= 0.8, scores
     assert validation[0] <= 0.4 and validation[max(validation)] >= 0.8, validation
     if recipe == "rlhf":
         assert rm_accuracy(tmp_path)[-1] >= 0.9
+    if run == "rlhf-te":  # RM_OVERRIDES reached the reward model's training
+        rm_config = yaml.safe_load((tmp_path / "outputs/tiny_cpu/rm" / RESOLVED_CONFIG_NAME).read_text())
+        assert rm_config["critic"]["megatron"]["transformer_impl"] == "transformer_engine"
 
 
 def rm_accuracy(workdir) -> list[float]:

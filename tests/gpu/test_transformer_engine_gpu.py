@@ -13,6 +13,7 @@ import os
 import pytest
 import torch
 
+from megarl.models.accelerators import layers_name
 from megarl.models.shapes import write_random_checkpoint
 from tests.helpers import DIST_WORKER, ON_TRANSFORMER_ENGINE, max_abs, mean_abs, run_layouts
 
@@ -51,7 +52,7 @@ def _write_rows(results):
             "machine": os.environ.get("MEGARL_MACHINE", "nvidia-h200"),
             "command": "python -m pytest tests/gpu/test_transformer_engine_gpu.py",
             "what": "check-model",
-            "model_shape": shape, "model_path": impl, "core_attention": run["core_attention"], "dtype": "bf16",
+            "model_shape": shape, "model_path": layers_name(impl), "core_attention": run["core_attention"], "dtype": "bf16",
             "tp": 1, "pp": 1, "cp": 1, "dp": 1, "seq_lengths": run["lengths"],
             "logprob_max_abs_diff": run["hf_max_abs_diff"], "logprob_mean_abs_diff": run["hf_mean_abs_diff"],
             "packed_vs_padded_max_abs_diff": run["packed_vs_padded"],
