@@ -41,6 +41,9 @@ LOCAL_SPEC_ARGS = dict(
     persist_layer_norm=False,
 )
 
+# With TE: its fused RoPE kernel. Unfused, megatron rotates packed sequences one by one after a host sync (.tolist()).
+TE_SPEC_ARGS = dict(apply_rope_fusion=True)
+
 # megatron's own fused SwiGLU and bias-dropout-add kernels need only CUDA.
 CUDA_FUSIONS = dict(bias_activation_fusion=True, bias_dropout_fusion=True)
 
@@ -214,9 +217,7 @@ def make_bridge(hf_path: str | Path, dtype: torch.dtype, transformer_impl: str =
         raise ValueError(f"{hf_path}: model_type {hf_config.model_type!r}; megarl converts {sorted(BRIDGES)}")
     bridge = family(hf_config, dtype, use_transformer_engine=use_te, value_head=value_head, hf_path=str(hf_path),
                     lora=lora)
-    extra = dict(config_args)
-    if not use_te:
-        extra = {**LOCAL_SPEC_ARGS, **extra}
+    extra = {**(TE_SPEC_ARGS if use_te else LOCAL_SPEC_ARGS), **config_args}
     if torch.cuda.is_available():
         extra = {**CUDA_FUSIONS, **extra}
     else:

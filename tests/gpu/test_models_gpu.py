@@ -1,8 +1,9 @@
 """GPU (nvidia-h200-x2, bf16): the layout equalities of tests/megarl/models/test_layouts.py on a model of
-Qwen2.5-0.5B's shape with random weights. bf16 errors are judged against HF transformers' own bf16 error,
-measured in the same run against the same fp32 reference.
+Qwen2.5-0.5B's shape with random weights, on megatron-core's local layers and on Transformer Engine's (where it is
+installed). bf16 errors are judged against HF transformers' own bf16 error, measured in the same run against the same
+fp32 reference.
 
-Rows for benchmarks/results/ go to $MEGARL_RESULTS_DIR/models_gpu.json when it is set."""
+Rows for benchmarks/results/ go to $MEGARL_RESULTS_DIR/models_gpu-<layers>.json when it is set."""
 
 import datetime
 import json
@@ -11,28 +12,32 @@ import os
 import pytest
 import torch
 
+from megarl.models.accelerators import layers_name
 from megarl.models.shapes import write_random_checkpoint
-from tests.helpers import LAYOUTS, max_abs, mean_abs, run_layout
+from tests.helpers import DIST_WORKER, LAYOUTS, TRANSFORMER_IMPLS, max_abs, mean_abs, run_layout, run_layouts
 
 pytestmark = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (nvidia-h200-x2)")
 
 SHAPE = "qwen2.5-0.5b"
 LENGTH_SCALE = 32  # sequences of 192..448 tokens
+TWO_RANK_LAYOUTS = ("tp2", "pp2", "cp2", "dp2")
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("gpu")
+@pytest.fixture(scope="module", params=TRANSFORMER_IMPLS)
+def runs(request, tmp_path_factory):
+    """{layout: results} on one layer path: one rank, then every two-rank layout in one launch."""
+    impl = request.param
+    root = tmp_path_factory.mktemp(f"gpu-{impl}")
     model = write_random_checkpoint(SHAPE, root / "model", dtype=torch.bfloat16)
-    extra = ["--bf16", "--length-scale", str(LENGTH_SCALE)]
+    extra = ["--bf16", "--length-scale", str(LENGTH_SCALE), "--transformer-impl", impl]
     results = {"single": run_layout(model, root / "single.json", 1, 1, 1, nproc=1, extra=extra, timeout=600)}
-    for name in ("tp2", "pp2", "cp2"):
-        results[name] = run_layout(model, root / f"{name}.json", *LAYOUTS[name], nproc=2, extra=extra, timeout=600)
-    _write_rows(results)
+    jobs = [(model, root / f"{name}.json", LAYOUTS[name], extra) for name in TWO_RANK_LAYOUTS]
+    results.update(zip(TWO_RANK_LAYOUTS, run_layouts(DIST_WORKER, jobs, nproc=2, timeout=1200)))
+    _write_rows(impl, results)
     return results
 
 
-def _write_rows(results):
+def _write_rows(impl: str, results: dict):
     out_dir = os.environ.get("MEGARL_RESULTS_DIR")
     if not out_dir:
         return
@@ -40,13 +45,15 @@ def _write_rows(results):
     rows = []
     for name, run in results.items():
         tp, pp, cp = LAYOUTS.get(name, (1, 1, 1))
+        dp = 2 if name == "dp2" else 1
         row = {
             "date": datetime.date.today().isoformat(),
             "commit": os.environ.get("MEGARL_COMMIT", "unknown"),
             "machine": os.environ.get("MEGARL_MACHINE", "nvidia-h200-x2"),
             "command": "python -m pytest tests/gpu/test_models_gpu.py",
             "what": "check-model",
-            "model_shape": SHAPE, "dtype": "bf16", "tp": tp, "pp": pp, "cp": cp, "dp": 1,
+            "model_shape": SHAPE, "model_path": layers_name(impl), "core_attention": run["core_attention"],
+            "dtype": "bf16", "tp": tp, "pp": pp, "cp": cp, "dp": dp,
             "seq_lengths": run["lengths"],
             "logprob_max_abs_diff": run["hf_max_abs_diff"],
             "logprob_mean_abs_diff": run["hf_mean_abs_diff"],
@@ -64,7 +71,7 @@ def _write_rows(results):
                 vs_single_critic_grad_norm_rel_diff=abs(run["critic_grad_norm"] - single["critic_grad_norm"]) / single["critic_grad_norm"],
             )
         rows.append(row)
-    with open(os.path.join(out_dir, "models_gpu.json"), "w") as f:
+    with open(os.path.join(out_dir, f"models_gpu-{impl}.json"), "w") as f:
         json.dump(rows, f, indent=1)
 
 
@@ -85,7 +92,7 @@ def test_layouts_agree_within_bf16_error(runs):
     single = runs["single"]
     mean_bound, max_bound = 2 * single["hf_bf16_mean_abs_diff"], 2 * single["hf_bf16_max_abs_diff"]
     assert runs["pp2"]["logprobs"] == single["logprobs"]
-    for name in ("tp2", "pp2", "cp2"):
+    for name in TWO_RANK_LAYOUTS:
         run = runs[name]
         assert mean_abs(run["logprobs"], single["logprobs"]) <= mean_bound, name
         assert max_abs(run["logprobs"], single["logprobs"]) <= max_bound, name

@@ -52,7 +52,8 @@ def _write_rows(results):
             "machine": os.environ.get("MEGARL_MACHINE", "nvidia-h200"),
             "command": "python -m pytest tests/gpu/test_transformer_engine_gpu.py",
             "what": "check-model",
-            "model_shape": shape, "model_path": layers_name(impl), "core_attention": run["core_attention"], "dtype": "bf16",
+            "model_shape": shape, "model_path": layers_name(impl), "core_attention": run["core_attention"],
+            "rope_fusion": run["rope_fusion"], "dtype": "bf16",
             "tp": 1, "pp": 1, "cp": 1, "dp": 1, "seq_lengths": run["lengths"],
             "logprob_max_abs_diff": run["hf_max_abs_diff"], "logprob_mean_abs_diff": run["hf_mean_abs_diff"],
             "packed_vs_padded_max_abs_diff": run["packed_vs_padded"],
@@ -70,9 +71,10 @@ def _write_rows(results):
         json.dump(rows, f, indent=1)
 
 
-def test_each_path_builds_its_own_attention(runs):
+def test_each_path_builds_its_own_attention_and_rotary_embedding(runs):
     for (shape, impl), run in runs.items():
         assert run["core_attention"] == IMPLS[impl], (shape, impl)
+        assert run["rope_fusion"] == (impl == "transformer_engine"), (shape, impl)
 
 
 def test_transformer_engine_error_is_that_of_hf_bf16(runs):

@@ -115,7 +115,8 @@ def layout_result(args: argparse.Namespace) -> dict:
     seqs = sequences(actor.bridge.hf_config.vocab_size, lengths)
     before = actor.logprobs(seqs, MICRO_BATCHES, with_entropy=True)
     result = {"logprobs": [t.tolist() for t in before["logprobs"]], "entropy": [t.tolist() for t in before["entropy"]],
-              "core_attention": type(first_layer(actor).self_attention.core_attention).__name__}
+              "core_attention": type(first_layer(actor).self_attention.core_attention).__name__,
+              "rope_fusion": first_layer(actor).config.apply_rope_fusion}
     result.update(hf_comparison(args.model_dir, actor, seqs, before["logprobs"], args.bf16))
     if args.pp == 1 and args.cp == 1:  # the padded computation: one right-padded batch, no packing
         result["packed_vs_padded"] = packed_vs_padded(actor, seqs, before["logprobs"])
