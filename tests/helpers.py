@@ -230,7 +230,10 @@ def run_layouts(worker: Path, jobs: list, nproc: int, timeout=300) -> list[dict]
     for model_dir, out, (tp, pp, cp), extra in jobs:
         args += ["--and"] if args else []
         args += [str(model_dir), str(out), "--tp", str(tp), "--pp", str(pp), "--cp", str(cp), *map(str, extra)]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), str(worker), *args]
+    from parallel.topology import free_port  # torchrun's default port may be another launch's on the machine
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-port",
+           str(free_port()), str(worker), *args]
     proc = run_command(cmd, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     return [json.loads(Path(out).read_text()) for _, out, _, _ in jobs]

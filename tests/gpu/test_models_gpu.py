@@ -53,7 +53,7 @@ def _write_rows(impl: str, results: dict):
             "command": "python -m pytest tests/gpu/test_models_gpu.py",
             "what": "check-model",
             "model_shape": SHAPE, "model_path": layers_name(impl), "core_attention": run["core_attention"],
-            "dtype": "bf16", "tp": tp, "pp": pp, "cp": cp, "dp": dp,
+            "compiled_layers": run["compiled_layers"], "dtype": "bf16", "tp": tp, "pp": pp, "cp": cp, "dp": dp,
             "seq_lengths": run["lengths"],
             "logprob_max_abs_diff": run["hf_max_abs_diff"],
             "logprob_mean_abs_diff": run["hf_mean_abs_diff"],
@@ -82,16 +82,22 @@ def test_bf16_error_is_that_of_hf_bf16(runs):
         assert run["hf_max_abs_diff"] <= 1.5 * run["hf_bf16_max_abs_diff"], name
         assert run["reference_offloaded_gpu_bytes"] == 0, name
         if "packed_vs_padded" in run:
-            assert run["packed_vs_padded"] <= run["hf_bf16_max_abs_diff"], name
+            # Compiled layers (local path, one rank) take the packed batch only; the padded one runs megatron's
+            # eager layers: two computations, each within HF bf16's error, may differ by about twice it.
+            bound = (2 if run["compiled_layers"] else 1) * run["hf_bf16_max_abs_diff"]
+            assert run["packed_vs_padded"] <= bound, (name, run["packed_vs_padded"], bound)
 
 
 def test_layouts_agree_within_bf16_error(runs):
     # Each layout's own error against fp32 is bounded above by HF bf16's. Two bf16 computations that round
     # in different orders (TP reductions, CP chunking) each carry such an error, so they may differ by up to
-    # about twice it; pipeline parallelism does not reorder anything and must agree exactly.
+    # about twice it; pipeline parallelism does not reorder anything and must agree exactly where both run the
+    # same kernels (the local path compiles its layers on one rank only: megarl/models/compiled_layer.py).
     single = runs["single"]
     mean_bound, max_bound = 2 * single["hf_bf16_mean_abs_diff"], 2 * single["hf_bf16_max_abs_diff"]
-    assert runs["pp2"]["logprobs"] == single["logprobs"]
+    if runs["pp2"]["compiled_layers"] == single["compiled_layers"]:
+        assert runs["pp2"]["logprobs"] == single["logprobs"]
+    assert runs["dp2"]["logprobs"] == single["logprobs"]
     for name in TWO_RANK_LAYOUTS:
         run = runs[name]
         assert mean_abs(run["logprobs"], single["logprobs"]) <= mean_bound, name

@@ -19,6 +19,7 @@ from megatron.core import parallel_state
 
 from megarl.algorithms import compute_policy_loss, compute_value_loss
 from megarl.config.schema import MegatronConfig, OptimConfig
+from megarl.models.compiled_layer import compiles_layers
 from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
 from megarl.models.packing import pack_micro_batches
 from megarl.models.roles import build_actor, build_critic, build_reference
@@ -116,7 +117,8 @@ def layout_result(args: argparse.Namespace) -> dict:
     before = actor.logprobs(seqs, MICRO_BATCHES, with_entropy=True)
     result = {"logprobs": [t.tolist() for t in before["logprobs"]], "entropy": [t.tolist() for t in before["entropy"]],
               "core_attention": type(first_layer(actor).self_attention.core_attention).__name__,
-              "rope_fusion": first_layer(actor).config.apply_rope_fusion}
+              "rope_fusion": first_layer(actor).config.apply_rope_fusion,
+              "compiled_layers": compiles_layers(first_layer(actor).config)}
     result.update(hf_comparison(args.model_dir, actor, seqs, before["logprobs"], args.bf16))
     if args.pp == 1 and args.cp == 1:  # the padded computation: one right-padded batch, no packing
         result["packed_vs_padded"] = packed_vs_padded(actor, seqs, before["logprobs"])
