@@ -1,6 +1,28 @@
-import pytest
+import os
+import subprocess
+import sys
 
-from tests.helpers import launch_workdir, make_tokenizer
+import pytest
+import torch
+
+from tests.helpers import ENV, ZYGOTE, ZYGOTE_SOCKET, launch_workdir, make_tokenizer
+
+
+@pytest.fixture(scope="session", autouse=True)
+def zygote():
+    """The fork server of tests/zygote/ for the processes tests start (CPU only: a fork after CUDA is unsafe)."""
+    if "MEGARL_TEST_ZYGOTE" not in ENV or torch.cuda.is_available():
+        yield
+        return
+    env = {k: v for k, v in ENV.items() if k != "MEGARL_TEST_ZYGOTE"}
+    server = subprocess.Popen([sys.executable, str(ZYGOTE / "server.py"), str(ZYGOTE_SOCKET)], env=env,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert server.stdout.readline().strip() == "ready"
+    yield
+    server.terminate()
+    server.wait(timeout=30)
+    if ZYGOTE_SOCKET.exists():
+        os.unlink(ZYGOTE_SOCKET)
 
 
 @pytest.fixture(scope="session")

@@ -24,6 +24,13 @@ SHARED_DATA = Path(os.environ.get("MEGARL_SHARED_DATA", REPO_ROOT.parent / "shar
 # For the subprocesses: the repository importable, a local Ray without token auth, wandb writing offline.
 ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "WANDB_MODE": "offline",
        "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+# On CPU, the processes started with ENV fork from tests/zygote/server.py (conftest.py starts it), their imports done.
+ZYGOTE = REPO_ROOT / "tests" / "zygote"
+ZYGOTE_SOCKET = Path(tempfile.gettempdir()) / f"megarl-zygote-{os.getpid()}.sock"
+# For tests whose subject is the process tree itself (pids, a launcher's children): every process started afresh.
+UNFORKED_ENV = dict(ENV)
+if os.environ.get("MEGARL_TEST_ZYGOTE", "1") != "0":
+    ENV.update(PYTHONPATH=f"{ZYGOTE}{os.pathsep}{ENV['PYTHONPATH']}", MEGARL_TEST_ZYGOTE=str(ZYGOTE_SOCKET))
 # For a GPU test's subprocesses: the repository importable, on the machine's first GPU.
 GPU0_ENV = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
             "CUDA_VISIBLE_DEVICES": "0"}

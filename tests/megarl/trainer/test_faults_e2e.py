@@ -22,7 +22,7 @@ import pytest
 from megarl.run_lock import LOCK_NAME
 from megarl.trainer.checkpoint import complete_steps, step_dir
 from parallel.topology import free_port
-from tests.helpers import (ENV, REPO_ROOT, left_running, overrides, process_tree, run_command, wait_for,
+from tests.helpers import (UNFORKED_ENV as ENV, REPO_ROOT, left_running, overrides, process_tree, run_command, wait_for,
                            wait_for_steps)
 
 pytestmark = pytest.mark.timeout(900)
@@ -63,7 +63,8 @@ def torchrun_faults(setup, tmp_path_factory):
     try:
         wait_for(lambda: holder_of(out), proc, log, "run.lock")
         holder = holder_of(out)
-        second = run_command([sys.executable, "-m", "megarl.train", *overrides(setup, out, "trainer.seed=2")], 120)
+        second = run_command([sys.executable, "-m", "megarl.train", *overrides(setup, out, "trainer.seed=2")], 120,
+                             env=ENV)
         wait_for(lambda: (out / "checkpoints" / "global_step_1").is_dir(), proc, log, "a checkpoint")
         processes = process_tree(proc.pid)  # torchrun, its ranks, their helpers (megatron's checkpoint writer)
         ranks = {p.environ().get("RANK"): p for p in psutil.Process(proc.pid).children()}

@@ -21,7 +21,8 @@ import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from parallel.topology import free_port
-from tests.helpers import WALL_CLOCK, ENV, REPO_ROOT, overrides, read_metrics
+# Unforked (tests/zygote): the subject is a SIGKILL of every process of the run, which must own them all.
+from tests.helpers import WALL_CLOCK, UNFORKED_ENV as ENV, REPO_ROOT, overrides, read_metrics
 
 CASES = {
     "grpo": ["algorithm.adv_estimator=grpo", "actor.use_kl_loss=true", "actor.megatron.tensor_model_parallel_size=2",

@@ -1,0 +1,192 @@
+"""Test-only fork server (see sitecustomize.py beside it): imports the heavy libraries every megarl process imports,
+once, and forks a copy per request that becomes the asking process: its standard streams, working directory,
+environment, sys.path and arguments; signals the asker receives reach the copy, the copy dies if the asker does, and
+the asker gets the copy's exit status. megarl's own modules are not imported here: several read the environment when
+imported, which each process sets for itself.
+
+    python tests/zygote/server.py SOCKET_PATH
+"""
+
+import array
+import atexit
+import importlib
+import io
+import json
+import os
+import runpy
+import selectors
+import signal
+import socket
+import sys
+import threading
+import traceback
+import warnings
+
+PRELOAD = ("torch", "torch.distributed.elastic.agent.server.api", "megatron.core", "transformers", "mbridge",
+           "datasets", "omegaconf", "ray", "safetensors", "pandas", "pyarrow")
+# megarl's own defaults (parallel/quiet.py), read by huggingface_hub and datasets when imported
+IMPORT_TIME_ENV = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+
+
+def preload() -> None:
+    os.environ.update(IMPORT_TIME_ENV)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name in PRELOAD:
+            importlib.import_module(name)
+
+
+def receive(conn: socket.socket) -> tuple[dict, list[int]]:
+    fds = array.array("i")
+    data, ancillary, _, _ = conn.recvmsg(8, socket.CMSG_LEN(3 * fds.itemsize))
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+    size, body = int.from_bytes(data, "big"), b""
+    while len(body) < size:
+        body += conn.recv(size - len(body))
+    return json.loads(body), list(fds)
+
+
+def child_path(request: dict, base: list[str]) -> list[str]:
+    argv = request["argv"]
+    first = request["cwd"] if argv[0] == "-m" else os.path.dirname(os.path.abspath(os.path.join(request["cwd"], argv[0])))
+    extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+    return [first, *extra, *base]
+
+
+def stream(fd: int, unbuffered: bool, mode: str):
+    if mode == "r":
+        return io.TextIOWrapper(io.BufferedReader(io.FileIO(fd, "r", closefd=False)))
+    raw = io.FileIO(fd, "w", closefd=False)
+    return io.TextIOWrapper(raw if unbuffered else io.BufferedWriter(raw), write_through=unbuffered,
+                            line_buffering=not unbuffered and os.isatty(fd), errors="backslashreplace")
+
+
+def watch(conn: socket.socket) -> None:
+    """The asker's signals, byte by byte; its end (it died) kills this copy."""
+    while data := conn.recv(16):
+        for signum in data:
+            os.kill(os.getpid(), signum)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def run(request: dict) -> int:
+    argv = request["argv"]
+    try:
+        if argv[0] == "-m":
+            sys.argv = [argv[1], *argv[2:]]
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = list(argv)
+            runpy.run_path(argv[0], run_name="__main__")
+        return 0
+    except SystemExit as stop:
+        if stop.code is None or isinstance(stop.code, int):
+            return stop.code or 0
+        print(stop.code, file=sys.stderr)
+        return 1
+    except BaseException:
+        traceback.print_exc()
+        return 1
+
+
+def become(conn: socket.socket, request: dict, fds: list[int], base: list[str]) -> None:
+    """In the forked copy: take the asker's place, run its target, exit as Python would."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for target, fd in zip((0, 1, 2), fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if threads.isdigit():  # a fresh process's torch reads it at import (torchrun sets 1): float sums in its order
+        import torch
+
+        torch.set_num_threads(int(threads))
+    sys.path[:] = child_path(request, base)
+    unbuffered = "-u" in request["flags"] or bool(os.environ.get("PYTHONUNBUFFERED"))
+    sys.dont_write_bytecode = "-B" in request["flags"] or bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
+    sys.stdin, sys.stdout, sys.stderr = stream(0, False, "r"), stream(1, unbuffered, "w"), stream(2, True, "w")
+    threading.Thread(target=watch, args=(conn,), daemon=True).start()
+    code = run(request)
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for out in (sys.stdout, sys.stderr):
+        try:
+            out.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code if isinstance(code, int) and 0 <= code < 256 else 1)
+
+
+def serve(path: str) -> None:
+    base = [p for p in sys.path[1:] if p not in os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(128)
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ)
+    selector.register(wake_read, selectors.EVENT_READ)
+    selector.register(sys.stdin, selectors.EVENT_READ)  # pytest holds its other end: at EOF, pytest has gone
+    askers: dict[int, socket.socket] = {}
+    print("ready", flush=True)
+    while True:
+        for key, _ in selector.select():
+            if key.fileobj is sys.stdin:
+                if not os.read(sys.stdin.fileno(), 4096):
+                    os._exit(0)
+            elif key.fileobj is listener:
+                conn, _ = listener.accept()
+                request, fds = receive(conn)
+                pid = os.fork()
+                if pid == 0:
+                    for other in askers.values():  # else an asker would wait for this copy to close its socket
+                        other.close()
+                    selector.close()
+                    listener.close()
+                    sys.stdin.close()
+                    os.close(wake_read)
+                    os.close(wake_write)
+                    try:
+                        become(conn, request, fds, base)
+                    finally:
+                        os._exit(70)
+                for fd in fds:
+                    os.close(fd)
+                askers[pid] = conn
+            else:
+                os.read(wake_read, 4096)
+                reap(askers)
+
+
+def reap(askers: dict) -> None:
+    while askers:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        conn = askers.pop(pid, None)
+        if conn is None:
+            continue
+        message = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit {os.WEXITSTATUS(status)}"
+        try:
+            conn.sendall(message.encode())
+        except OSError:
+            pass
+        conn.close()
+
+
+if __name__ == "__main__":
+    preload()
+    serve(sys.argv[1])
