@@ -1,0 +1,41 @@
+"""tests/zygote: the processes tests start with tests.helpers.ENV run as forks of the server conftest.py starts, and
+behave as the processes they replace: arguments, working directory, environment, torch's thread count, exit status,
+signals; a copy ends with the process that asked for it."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from tests.helpers import ENV, REPO_ROOT, UNFORKED_ENV, run_command
+
+PROBE = str(REPO_ROOT / "tests" / "zygote" / "probe.py")
+pytestmark = pytest.mark.skipif("MEGARL_TEST_ZYGOTE" not in ENV, reason="the fork server is off (MEGARL_TEST_ZYGOTE=0)")
+
+
+def test_a_forked_copy_runs_as_the_process_it_replaces(tmp_path):
+    env = {**ENV, "PROBE_MARKER": "seen", "OMP_NUM_THREADS": "1"}
+    proc = run_command([sys.executable, PROBE, "report", "3"], timeout=60, cwd=tmp_path, env=env)
+    assert proc.returncode == 3, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report == {"preloaded": True, "argv": ["report", "3"], "cwd": str(tmp_path), "marker": "seen",
+                      "threads": 1}
+    unforked = run_command([sys.executable, PROBE, "report", "0"], timeout=60, env=UNFORKED_ENV)
+    assert json.loads(unforked.stdout)["preloaded"] is False
+
+
+def test_signals_reach_the_copy_and_the_copy_ends_with_its_asker():
+    for sent, status in ((signal.SIGTERM, 7), (signal.SIGKILL, -signal.SIGKILL)):
+        asker = subprocess.Popen([sys.executable, PROBE, "wait"], env=ENV, stdout=subprocess.PIPE, text=True)
+        copy = psutil.Process(int(asker.stdout.readline()))
+        assert copy.pid != asker.pid
+        asker.send_signal(sent)
+        assert asker.wait(timeout=30) == status
+        deadline = time.monotonic() + 30
+        while copy.is_running() and copy.status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not copy.is_running() or copy.status() == psutil.STATUS_ZOMBIE, sent
