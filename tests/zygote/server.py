@@ -49,8 +49,8 @@ def receive(conn: socket.socket) -> tuple[dict, list[int]]:
 
 
 def child_path(request: dict, base: list[str]) -> list[str]:
-    argv = request["argv"]
-    first = request["cwd"] if argv[0] == "-m" else os.path.dirname(os.path.abspath(os.path.join(request["cwd"], argv[0])))
+    argv, cwd = request["argv"], request["cwd"]
+    first = cwd if argv[0] == "-m" else os.path.dirname(os.path.abspath(os.path.join(cwd, argv[0])))
     extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
     return [first, *extra, *base]
 

@@ -115,10 +115,10 @@ def layout_result(args: argparse.Namespace) -> dict:
     actor = build_actor(args.model_dir, megatron, optim, total_steps=1, bf16=args.bf16)
     seqs = sequences(actor.bridge.hf_config.vocab_size, lengths)
     before = actor.logprobs(seqs, MICRO_BATCHES, with_entropy=True)
+    layer = first_layer(actor)
     result = {"logprobs": [t.tolist() for t in before["logprobs"]], "entropy": [t.tolist() for t in before["entropy"]],
-              "core_attention": type(first_layer(actor).self_attention.core_attention).__name__,
-              "rope_fusion": first_layer(actor).config.apply_rope_fusion,
-              "compiled_layers": compiles_layers(first_layer(actor).config)}
+              "core_attention": type(layer.self_attention.core_attention).__name__,
+              "rope_fusion": layer.config.apply_rope_fusion, "compiled_layers": compiles_layers(layer.config)}
     result.update(hf_comparison(args.model_dir, actor, seqs, before["logprobs"], args.bf16))
     if args.pp == 1 and args.cp == 1:  # the padded computation: one right-padded batch, no packing
         result["packed_vs_padded"] = packed_vs_padded(actor, seqs, before["logprobs"])
