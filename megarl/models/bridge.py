@@ -160,7 +160,7 @@ class Qwen3Moe(MegarlBridge, Qwen3MoEBridge):
             num_moe_experts=hf.num_experts, moe_aux_loss_coeff=hf.router_aux_loss_coef,
             moe_router_load_balancing_type="none", moe_grouped_gemm=False,
             moe_router_score_function="softmax", moe_router_pre_softmax=not getattr(hf, "norm_topk_prob", False),
-            qk_layernorm=True, **_dispatcher(self.mpu.pp_size))
+            qk_layernorm=True, **_dispatcher())
 
     def _weight_name_mapping_mcore_local_to_global(self, model, consider_ep: bool = True) -> dict[str, str]:
         names = super()._weight_name_mapping_mcore_local_to_global(model, consider_ep)
@@ -185,17 +185,13 @@ class Qwen3Moe(MegarlBridge, Qwen3MoEBridge):
                 yield f"{experts}.{local + rank * per_rank}.{rest}", part
 
 
-def _dispatcher(pp: int) -> dict:
-    """The token dispatcher (accelerators.moe_token_dispatcher); megatron allows the all-gather one only where
-    micro-batches need not tell the next pipeline stage their lengths (no PP)."""
+def _dispatcher() -> dict:
+    """The token dispatcher (accelerators.moe_token_dispatcher). megatron allows the all-gather one only with
+    activations of one shape: pipeline stages then pass every micro-batch at one length, which the packing gives
+    them (packing.pipeline_needs_one_length)."""
     dispatcher = moe_token_dispatcher()
     if dispatcher == "alltoall":
         return {"moe_token_dispatcher_type": dispatcher}
-    if pp > 1:
-        raise ValueError(f"pipeline_model_parallel_size={pp} with a mixture-of-experts model needs megatron's "
-                         "all-to-all token dispatcher (stages pass micro-batches of varying lengths), which runs on "
-                         "GPUs; on CPU its all-gather one runs, without pipeline stages: set "
-                         "pipeline_model_parallel_size=1 (expert or tensor parallelism split the model instead)")
     return {"moe_token_dispatcher_type": dispatcher, "variable_seq_lengths": False}  # mbridge's default is True
 
 

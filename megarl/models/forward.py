@@ -14,7 +14,7 @@ from megatron.core.pipeline_parallel import get_forward_backward_func
 from megatron.core.transformer.module import Float16Module
 
 from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
-from megarl.models.packing import PackedBatch, pack_micro_batches
+from megarl.models.packing import PackedBatch, pack_micro_batches, pipeline_needs_one_length
 from megarl.models.router_replay import RoutingReplay
 
 PerToken = Callable[[torch.Tensor, PackedBatch], dict[str, torch.Tensor]]
@@ -26,8 +26,13 @@ def run_schedule(model: list, batches: list[PackedBatch], on_output: Callable, f
     returns (loss, data); the schedule returns each micro-batch's data there and nothing elsewhere. `blocks`: the
     process's cached blocks, handed back first if this pass does not fit them. `replay`: the routers take each
     micro-batch's `routed_experts` (router replay)."""
+    tokens = {b.input_ids.shape[1] for b in batches}
+    if len(tokens) > 1 and pipeline_needs_one_length(model):
+        raise ValueError(f"this pass's micro-batches hold {min(tokens)} to {max(tokens)} tokens, but its pipeline "
+                         "stages pass activations of one shape (the all-gather MoE token dispatcher, on CPU): pack "
+                         "them with one_length (megarl/models/packing.py), or set pipeline_model_parallel_size=1")
     data = iter(batches)
-    blocks.before_pass((id(model[0]), forward_only), max(b.input_ids.shape[1] for b in batches))
+    blocks.before_pass((id(model[0]), forward_only), max(tokens))
     output_dtype = _model_dtype_output(model[0])
 
     def forward_step(data_iterator, chunk):
@@ -45,7 +50,7 @@ def run_schedule(model: list, batches: list[PackedBatch], on_output: Callable, f
         data_iterator=data,
         model=model,
         num_microbatches=len(batches),
-        seq_length=max(b.input_ids.shape[1] for b in batches),
+        seq_length=max(tokens),
         micro_batch_size=1,
         forward_only=forward_only,
     )
@@ -136,8 +141,8 @@ def compute_sequence_scores(model, sequences: Sequence, micro_batches: Sequence[
                             device=None) -> torch.Tensor:
     """[N]: the value head's output at each sample's last token, which has read the whole sequence (a reward
     model's score)."""
-    results = run_forward(model, pack_micro_batches(sequences, micro_batches, device),
-                          lambda values, batch: {"values": values.squeeze(-1)}, blocks)
+    batches = pack_micro_batches(sequences, micro_batches, device, one_length=pipeline_needs_one_length(model))
+    results = run_forward(model, batches, lambda values, batch: {"values": values.squeeze(-1)}, blocks)
     return torch.stack([v[-1] for v in _merge(results, micro_batches, len(sequences))["values"]])
 
 
@@ -166,7 +171,8 @@ def compute_logprobs(model, sequences: Sequence, micro_batches: Sequence[Sequenc
             flips = {"routing_flips": replay.flips.unsqueeze(0)} if replay is not None else {}
             return {"logprobs": logprobs, **({"entropy": entropy} if with_entropy else {}), **flips}
 
-        batches = pack_micro_batches(sequences, micro_batches, device, routing=routing)
+        batches = pack_micro_batches(sequences, micro_batches, device, routing=routing,
+                                     one_length=pipeline_needs_one_length(model))
         results = run_forward(model, batches, per_token, blocks, replay)
     merged = _merge(results, micro_batches, len(sequences))
     return {key: [v[:-1] for v in values] for key, values in merged.items()}
@@ -175,6 +181,6 @@ def compute_logprobs(model, sequences: Sequence, micro_batches: Sequence[Sequenc
 def compute_values(model, sequences: Sequence, micro_batches: Sequence[Sequence[int]], blocks: CachedBlocks,
                    device=None) -> list[torch.Tensor]:
     """Per sample of length L: the critic's value at positions 0..L−2 (the state before each next token)."""
-    results = run_forward(model, pack_micro_batches(sequences, micro_batches, device),
-                          lambda values, batch: {"values": values.squeeze(-1)}, blocks)
+    batches = pack_micro_batches(sequences, micro_batches, device, one_length=pipeline_needs_one_length(model))
+    results = run_forward(model, batches, lambda values, batch: {"values": values.squeeze(-1)}, blocks)
     return [v[:-1] for v in _merge(results, micro_batches, len(sequences))["values"]]

@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 from megatron.core import parallel_state
 from megatron.core.packed_seq_params import PackedSeqParams
+from megatron.core.utils import get_model_config
 
 from megarl.models.accelerators import moe_token_dispatcher, transformer_engine_available
 from megarl.models.router_replay import packed_routing
@@ -181,27 +182,37 @@ def to_device(tensor: torch.Tensor, device) -> torch.Tensor:
 
 def pack_micro_batches(sequences: Sequence, groups: Sequence[Sequence[int]], device=None,
                        token_fields: dict[str, list[torch.Tensor]] | None = None,
-                       routing: Sequence[torch.Tensor] | None = None) -> list[PackedBatch]:
+                       routing: Sequence[torch.Tensor] | None = None, one_length: bool = False) -> list[PackedBatch]:
     """One packed batch per group of sample indices, holding this rank's context-parallel part of megatron's mesh;
-    `token_fields` and `routing` as `pack_sequences` takes them, one tensor per sample of `sequences`."""
+    `token_fields` and `routing` as `pack_sequences` takes them, one tensor per sample of `sequences`. `one_length`:
+    every batch padded to as many tokens (`pipeline_needs_one_length`)."""
     cp_size, cp_rank = parallel_state.get_context_parallel_world_size(), parallel_state.get_context_parallel_rank()
     fields = token_fields or {}
-    totals = equal_token_totals(sequences, groups, cp_size)
+    totals = equal_token_totals(sequences, groups, cp_size, one_length)
     return [pack_sequences([sequences[i] for i in group], cp_size, cp_rank, device,
                            {name: [values[i] for i in group] for name, values in fields.items()}, total,
                            None if routing is None else [routing[i] for i in group])
             for group, total in zip(groups, totals)]
 
 
-def equal_token_totals(sequences: Sequence, groups: Sequence[Sequence[int]], cp_size: int) -> list[int | None]:
-    """Each micro-batch's padded tokens where a mixture-of-experts layer's all-gather token dispatcher needs them
-    equal on every rank of its tensor × expert-parallel group (megatron's, on CPU): the group's largest, so
-    every rank runs as many micro-batches of as many tokens. None each elsewhere."""
-    if parallel_state.get_expert_model_parallel_world_size() == 1 or moe_token_dispatcher() != "allgather":
+def equal_token_totals(sequences: Sequence, groups: Sequence[Sequence[int]], cp_size: int,
+                       one_length: bool = False) -> list[int | None]:
+    """Each micro-batch's padded tokens where they must be equal: on every rank of a mixture-of-experts layer's
+    tensor × expert-parallel group for its all-gather token dispatcher (megatron's, on CPU) — the group's largest, so
+    every rank runs as many micro-batches of as many tokens — and, with `one_length`, over the micro-batches too.
+    None each elsewhere."""
+    gathers = parallel_state.get_expert_model_parallel_world_size() > 1 and moe_token_dispatcher() == "allgather"
+    if not (gathers or one_length):
         return [None] * len(groups)  # the group's tensor-parallel ranks hold the same samples
-    group = parallel_state.get_expert_tensor_and_model_parallel_group()
     multiple = 2 * cp_size if cp_size > 1 else 1
-    mine = [sum(-(-len(sequences[i]) // multiple) * multiple for i in g) for g in groups]
+    totals = [sum(-(-len(sequences[i]) // multiple) * multiple for i in g) for g in groups]
+    if gathers:
+        totals = _largest_over_expert_group(totals)
+    return [max(totals)] * len(totals) if one_length else totals
+
+
+def _largest_over_expert_group(mine: list[int]) -> list[int]:
+    group = parallel_state.get_expert_tensor_and_model_parallel_group()
     counts = torch.tensor([len(mine), -len(mine)])
     dist.all_reduce(counts, op=dist.ReduceOp.MAX, group=group)
     if counts[0] != -counts[1]:
@@ -211,6 +222,14 @@ def equal_token_totals(sequences: Sequence, groups: Sequence[Sequence[int]], cp_
     totals = torch.tensor(mine)
     dist.all_reduce(totals, op=dist.ReduceOp.MAX, group=group)
     return totals.tolist()
+
+
+def pipeline_needs_one_length(model) -> bool:
+    """Whether megatron's pipeline stages pass each other activations of one shape (`seq_length`) in every
+    micro-batch of a pass: where the model's config turns `variable_seq_lengths` off (megatron's all-gather MoE
+    token dispatcher, on CPU: bridge._dispatcher) and there are stages. `model`: its chunks, or the one."""
+    return (parallel_state.get_pipeline_model_parallel_world_size() > 1
+            and not get_model_config(model[0] if isinstance(model, list) else model).variable_seq_lengths)
 
 
 @dataclass(frozen=True)

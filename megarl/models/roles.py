@@ -29,6 +29,7 @@ from megarl.models.bridge import (
 )
 from megarl.models.hf_names import expert_numbered_globally, is_expert
 from megarl.models.forward import CachedBlocks, compute_logprobs, compute_sequence_scores, compute_values
+from megarl.models.packing import pipeline_needs_one_length
 from megarl.models.lora import adapter_layers, adapters_disabled, freeze_base, init_adapters, is_adapter
 from megarl.models.training import build_optimizer, train_step
 from parallel.engines import EngineSlot
@@ -49,6 +50,11 @@ class RoleModel:
     @property
     def device(self) -> torch.device:
         return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+
+    @property
+    def packs_to_one_length(self) -> bool:
+        """Whether every micro-batch of one pass must hold as many tokens (packing.pipeline_needs_one_length)."""
+        return pipeline_needs_one_length(self.chunks)
 
     def weights_in_use(self):
         """A context in which the weights are on the GPU (for a caller reading `named_parameters` or a checkpoint)."""

@@ -98,7 +98,8 @@ class ActorWorker(TrainedWorker):
             fields[ROLLOUT_IS_WEIGHTS] = part[ROLLOUT_IS_WEIGHTS]
         # Rejected tokens (rollout correction) leave the loss and its denominators.
         mask = part[RESPONSE_MASK] * part[ROLLOUT_RS_MASK] if ROLLOUT_RS_MASK in part else None
-        packed, tokens = pack_mini_batch(part, fields, self.inputs.update, device, mask, self._routing(part))
+        packed, tokens = pack_mini_batch(part, fields, self.inputs.update, device, mask, self._routing(part),
+                                         self.model.packs_to_one_length)
         if loss.ptx_coef > 0:
             packed += self._ptx_micro_batches(part, device)
         policy_loss = POLICY_LOSSES.get(loss.name)
@@ -138,4 +139,4 @@ class ActorWorker(TrainedWorker):
         seqs = sequences(ptx)
         weights = token_weights(mask, "token-mean", tokens.item())
         return pack_groups(ptx, seqs, {"ptx_weights": weights}, self.inputs.update.micro.split([len(s) for s in seqs]),
-                           device)
+                           device, one_length=self.model.packs_to_one_length)

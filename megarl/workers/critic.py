@@ -44,7 +44,7 @@ class CriticWorker(TrainedWorker):
     def _update_mini_batch(self, part: Batch) -> dict[str, float]:
         device, cliprange = self.model.device, self.inputs.cliprange_value
         packed, tokens = pack_mini_batch(part, {VALUES: part[VALUES], RETURNS: part[RETURNS]},
-                                         self.inputs.update, device)
+                                         self.inputs.update, device, one_length=self.model.packs_to_one_length)
 
         def loss_fn(output, batch):
             f = batch.token_fields

@@ -69,7 +69,7 @@ class RMTrainerWorker(OneModelWorker):
         count = batch["weight"].sum().to(device)
         dist.all_reduce(count, group=parallel_state.get_data_parallel_group())
         plan = self._micro_batches(batch)
-        packed = pack_micro_batches(plan.sequences, plan.groups, device)
+        packed = pack_micro_batches(plan.sequences, plan.groups, device, one_length=self.model.packs_to_one_length)
         cp = parallel_state.get_context_parallel_world_size()
         # Each CP rank computes the whole loss: its share is 1/cp of it. What the loss reads per micro-batch is on the
         # device before the schedule starts: a blocking copy inside it would wait for the forward to finish.

@@ -42,7 +42,7 @@ class SFTWorker(OneModelWorker):
         dist.all_reduce(tokens, group=parallel_state.get_data_parallel_group())
         seqs = sequences(batch)
         packed = pack_groups(batch, seqs, {"weights": token_weights(mask, "token-mean", tokens.item())},
-                             self._micro_batches(seqs), device)
+                             self._micro_batches(seqs), device, one_length=self.model.packs_to_one_length)
 
         def loss_fn(logits, micro):
             logprobs, _ = vocab_parallel_logprobs_and_entropy(logits, micro.labels, with_entropy=False)

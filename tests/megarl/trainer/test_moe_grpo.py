@@ -1,7 +1,8 @@
 """GRPO on a tiny Qwen3-MoE (4 experts, 2 per token) under torchrun on two ranks: with its experts split over both
 (`actor.megatron.expert_model_parallel_size=2`) the run equals the one with every expert on each rank — the same
 samples, losses, KL, gradient norm — and the rollout engine's log-probs equal the trainer's at every step, so the
-actor's experts reach the engine (each broadcast from the rank that holds it) after each update. The prompts differ
+actor's experts reach the engine (each broadcast from the rank that holds it) after each update; so does the run with a
+layer on each of two pipeline stages, and the one with each sequence over two context-parallel ranks. The prompts differ
 in length, so the two ranks' micro-batches do too (padded to the same tokens for the CPU's all-gather dispatcher).
 The router's load-balancing and z losses (`moe_aux_loss_coeff`, `moe_z_loss_coeff`) change the first step's
 gradients from the same samples. Resumed from its step-2 checkpoint (each rank's experts saved and loaded under
@@ -63,16 +64,46 @@ def split(split_run):
     return split_run[1]
 
 
-def test_experts_split_over_two_ranks_train_as_on_one(moe_setup, split_run, split, tmp_path):
-    whole = grpo(moe_setup, tmp_path / "ep1", 1)
-    # Each rank holds half the experts: 2 layers × 2 experts × (gate, up and down of 64 × 32) fewer parameters.
-    assert rank_parameters(tmp_path / "ep1") - rank_parameters(split_run[0]) == 2 * 2 * 3 * 64 * 32
-    assert len(split) == len(whole) == 3
-    for step_split, step_whole in zip(split, whole):
+@pytest.fixture(scope="module")
+def whole_run(moe_setup, tmp_path_factory):
+    """Every expert on each rank (two data-parallel ranks)."""
+    out = tmp_path_factory.mktemp("ep1")
+    return out, grpo(moe_setup, out, 1)
+
+
+def assert_trains_alike(steps: list[dict], whole: list[dict]) -> None:
+    assert len(steps) == len(whole) == 3
+    for step, step_whole in zip(steps, whole):
         for key in COMPARED:
-            assert step_split[key] == pytest.approx(step_whole[key], rel=1e-3, abs=1e-6), key
-        assert step_split["actor/ppo_kl"] != 0 and step_split["actor/grad_norm"] > 0  # the experts were updated
-        assert step_split["rollout/logprob_mult_error"] == pytest.approx(1.0, abs=1e-5)
+            assert step[key] == pytest.approx(step_whole[key], rel=1e-3, abs=1e-6), key
+        assert step["actor/grad_norm"] > 0
+        assert step["rollout/logprob_mult_error"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_experts_split_over_two_ranks_train_as_on_one(split_run, split, whole_run):
+    # Each rank holds half the experts: 2 layers × 2 experts × (gate, up and down of 64 × 32) fewer parameters.
+    assert rank_parameters(whole_run[0]) - rank_parameters(split_run[0]) == 2 * 2 * 3 * 64 * 32
+    assert_trains_alike(split, whole_run[1])
+    assert all(step["actor/ppo_kl"] != 0 for step in split)  # the first mini-batch's update moved the experts
+
+
+ONE_MINI_BATCH = "actor.ppo_mini_batch_size=2"  # the step's samples in one update, however the ranks split them
+
+
+@pytest.fixture(scope="module")
+def one_mini_batch(moe_setup, tmp_path_factory):
+    """Two data-parallel ranks, each step one update."""
+    return grpo(moe_setup, tmp_path_factory.mktemp("dp2"), 1, ONE_MINI_BATCH)
+
+
+@pytest.mark.parametrize("layout", ["pipeline_model_parallel_size", "context_parallel_size"])
+def test_pipeline_stages_and_context_parallel_ranks_train_as_data_parallel_ones(moe_setup, one_mini_batch, layout,
+                                                                                 tmp_path):
+    """A layer on each of two pipeline stages (on CPU every micro-batch of a pass is padded to one length for the
+    all-gather dispatcher: packing.pipeline_needs_one_length), or each sequence split over two context-parallel
+    ranks: the same samples, losses and engine log-probs as two data-parallel ranks."""
+    steps = grpo(moe_setup, tmp_path / layout, 1, ONE_MINI_BATCH, f"actor.megatron.{layout}=2")
+    assert_trains_alike(steps, one_mini_batch)
 
 
 def test_the_routers_losses_join_the_update(moe_setup, split, tmp_path):
