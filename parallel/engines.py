@@ -26,6 +26,18 @@ class EngineSlot:
     parts: int
 
 
+@dataclass(frozen=True)
+class EngineExperts:
+    """Which routed experts of a mixture-of-experts model each rank of an engine holds: every one (`per_rank` None:
+    an engine of one GPU, or one that splits each expert over its ranks), or the engine's expert parallelism, engine
+    rank j holding the `per_rank` experts from j·per_rank whole."""
+
+    per_rank: int | None = None
+
+    def holds(self, engine_rank: int, expert: int) -> bool:
+        return self.per_rank is None or expert // self.per_rank == engine_rank
+
+
 def engine_slots(world_size: int, train_tp: int, rollout_tp: int) -> list[EngineSlot]:
     """Slot of every training rank (index = rank) for rollout engines of `rollout_tp` GPUs."""
     big, small = max(train_tp, rollout_tp), min(train_tp, rollout_tp)

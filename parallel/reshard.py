@@ -11,9 +11,13 @@ so that the weights it needs are as close as possible to the training shards alr
 - R > T: engines span consecutive GPUs; each rank gathers within its training TP group (nothing when T = 1)
   and keeps its part.
 - Pipeline stages send only the layers they own, broadcast to the same slot of the other stages.
-- Expert parallelism (a mixture-of-experts model): each rank owns some experts; an expert's slot tensor is
-  broadcast from its owner over the expert-parallel group (whose ranks share a tensor-parallel rank, hence a slot
-  part), so every engine gets every expert.
+- Expert parallelism (a mixture-of-experts model): each rank owns some experts. For an engine rank that holds
+  every expert, an expert's slot tensor is broadcast from its owner over the expert-parallel group (whose ranks
+  share a tensor-parallel rank, hence a slot part). For an engine with expert parallelism of its own (SGLang's,
+  `EngineExperts`), each engine rank gets its experts whole and a one-element placeholder for the others (the
+  engine's loader skips experts not on its rank); an expert travels, point to point, only to the ranks that need
+  it and do not hold it, so where the engine's experts lie as the training ranks' do (engine EP = training EP),
+  none travels.
 - Data- and context-parallel replicas hold equal weights and serve their own engines: no traffic.
 
 Megatron's rank order puts a training TP group on consecutive ranks (tensor parallel innermost). The stream
@@ -32,7 +36,7 @@ import torch
 import torch.distributed as dist
 
 from parallel import topology
-from parallel.engines import EngineSlot
+from parallel.engines import EngineExperts, EngineSlot
 
 Part = tuple[str, torch.Tensor, "int | None"]  # (HF name, tensor, tensor-parallel dim or None)
 # This rank's weights, named the same on every stage, in the same order on every call (each may be made as it is
@@ -60,25 +64,33 @@ class WeightStreamer:
 
     def __init__(self, named_parameters: NamedParameters, convert: Convert, slot: EngineSlot,
                  all_slots: list[EngineSlot], pp_group=None, bucket_bytes: int = 512 << 20, ep_group=None,
-                 is_expert: Callable[[str], bool] = lambda name: False):
-        """`ep_group`, `is_expert`: with expert parallelism, its group and which names are this rank's experts
-        (named by their global numbers)."""
+                 expert_number: Callable[[str], int | None] = lambda name: None,
+                 engine_experts: EngineExperts = EngineExperts()):
+        """`ep_group`, `expert_number`: with expert parallelism, its group and the routed expert a parameter name is
+        of (named by their global numbers; None: no expert's). `engine_experts`: which experts each engine rank
+        holds."""
         self.named_parameters, self.convert, self.slot = named_parameters, convert, slot
         self.pp_group, self.bucket_bytes = pp_group, bucket_bytes
         self.gather_group = topology.process_group_of(slot.gather_ranks, (s.gather_ranks for s in all_slots))
         self.ep_group = ep_group if ep_group is not None and dist.get_world_size(ep_group) > 1 else None
         self.my_expert_rank = dist.get_rank(self.ep_group) if self.ep_group is not None else 0
         self.ep_ranks = dist.get_process_group_ranks(self.ep_group) if self.ep_group is not None else []
-        local = self._stage_entries([(name, tuple(t.shape), t.dtype) for name, t in named_parameters()], is_expert)
+        self.expert_number, self.engine_experts = expert_number, engine_experts
+        self.ep_engine_ranks = [all_slots[rank].engine_rank for rank in self.ep_ranks]
+        stages_count = dist.get_world_size(pp_group) if pp_group is not None else 1
+        if engine_experts.per_rank is not None and (self.gather_group is not None or stages_count > 1):
+            raise ValueError("an engine with expert parallelism takes its experts from training ranks of tensor and "
+                             "pipeline parallel 1")
+        local = self._stage_entries([(name, tuple(t.shape), t.dtype) for name, t in named_parameters()])
         stages: list = [local]
-        if pp_group is not None and dist.get_world_size(pp_group) > 1:
-            stages = [None] * dist.get_world_size(pp_group)
+        if stages_count > 1:
+            stages = [None] * stages_count
             dist.all_gather_object(stages, local, group=pp_group)
         self.my_stage = dist.get_rank(pp_group) if pp_group is not None else 0
         self.pp_ranks = dist.get_process_group_ranks(pp_group) if pp_group is not None else [dist.get_rank()]
         self.manifest = [(stage, *entry) for stage, entries in enumerate(stages) for entry in entries]
 
-    def _stage_entries(self, local: list, is_expert: Callable[[str], bool]) -> list:
+    def _stage_entries(self, local: list) -> list:
         """This stage's (owning expert-parallel rank or None, name, shape, dtype), the same on its every rank:
         where this rank has an expert, every expert-parallel rank's expert at that place in its list."""
         if self.ep_group is None:
@@ -87,7 +99,7 @@ class WeightStreamer:
         dist.all_gather_object(ranks, local, group=self.ep_group)
         entries = []
         for params in zip(*ranks, strict=True):
-            if is_expert(params[0][0]):
+            if self.expert_number(params[0][0]) is not None:
                 entries += [(owner, *param) for owner, param in enumerate(params)]
             else:
                 entries.append((None, *params[0]))
@@ -106,16 +118,12 @@ class WeightStreamer:
             in_stage = stage == self.my_stage
             owned = in_stage and expert_owner in (None, self.my_expert_rank)
             source = _next_named(local, name) if owned else torch.empty(shape, dtype=dtype, device="meta")
+            expert = self.expert_number(name)
             for hf_name, tensor, dim in self.convert(name, source):
-                out = self._slot_tensor(tensor, dim, stats) if owned else self._empty_slot_tensor(tensor, dim)
-                if in_stage and expert_owner is not None:
-                    if not owned:
-                        stats.bytes_received += out.numel() * out.element_size()
-                    dist.broadcast(out, src=self.ep_ranks[expert_owner], group=self.ep_group)
-                if len(self.pp_ranks) > 1:
-                    if not in_stage:
-                        stats.bytes_received += out.numel() * out.element_size()
-                    dist.broadcast(out, src=self.pp_ranks[stage], group=self.pp_group)
+                if expert is not None and self.engine_experts.per_rank is not None:
+                    out, dim = self._whole_expert(tensor, expert_owner, expert, owned, stats), None
+                else:
+                    out = self._slot_tensor_of(tensor, dim, stage, expert_owner, owned, stats)
                 bucket.append((hf_name, out, dim))
                 held += out.numel() * out.element_size()
                 stats.peak_extra_bytes = max(stats.peak_extra_bytes, held)
@@ -132,6 +140,45 @@ class WeightStreamer:
             stats.peak_extra_bytes = torch.cuda.max_memory_allocated() - baseline
         stats.seconds = time.perf_counter() - start
         return stats
+
+    def _slot_tensor_of(self, tensor: torch.Tensor, dim, stage: int, expert_owner: int | None, owned: bool,
+                        stats: SyncStats) -> torch.Tensor:
+        """This slot's part of a tensor of pipeline `stage` (of an expert that `expert_owner` holds, if not None):
+        made by its owner, broadcast to the ranks of the stage's expert-parallel group and to the other stages."""
+        in_stage = stage == self.my_stage
+        out = self._slot_tensor(tensor, dim, stats) if owned else self._empty_slot_tensor(tensor, dim)
+        if in_stage and expert_owner is not None:
+            if not owned:
+                stats.bytes_received += out.numel() * out.element_size()
+            dist.broadcast(out, src=self.ep_ranks[expert_owner], group=self.ep_group)
+        if len(self.pp_ranks) > 1:
+            if not in_stage:
+                stats.bytes_received += out.numel() * out.element_size()
+            dist.broadcast(out, src=self.pp_ranks[stage], group=self.pp_group)
+        return out
+
+    def _whole_expert(self, tensor: torch.Tensor, owner: int | None, expert: int, owned: bool,
+                      stats: SyncStats) -> torch.Tensor:
+        """An expert's tensor for an engine with expert parallelism: whole on the engine ranks that hold the expert,
+        sent point to point from its owner to those of them that do not; a placeholder elsewhere."""
+        wanted = self.engine_experts.holds(self.slot.engine_rank, expert)
+        if owner is None:  # every rank holds every expert
+            out = tensor.contiguous() if wanted else None
+        elif owned:
+            out = tensor.contiguous()
+            lacking = [self.ep_ranks[rank] for rank, engine_rank in enumerate(self.ep_engine_ranks)
+                       if rank != owner and self.engine_experts.holds(engine_rank, expert)]
+            for request in [dist.isend(out, dst) for dst in lacking]:
+                request.wait()
+        elif wanted:
+            out = self._empty_slot_tensor(tensor, None)
+            dist.irecv(out, src=self.ep_ranks[owner]).wait()
+            stats.bytes_received += out.numel() * out.element_size()
+        else:
+            out = None
+        if out is None or not wanted:
+            return self._empty_slot_tensor(tensor.new_empty(1, device="meta"), None)
+        return out
 
     def _slot_tensor(self, tensor: torch.Tensor, dim, stats: SyncStats) -> torch.Tensor:
         """Gather this slot's shards (owner stage), then keep its part."""

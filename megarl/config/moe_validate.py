@@ -54,13 +54,30 @@ def check_moe_policy(cfg: MegaRLConfig, problems: list[str], hf: dict) -> None:
                         "take no adapters in megarl yet (issue #49): set actor.lora.target_modules=[linear_qkv,"
                         "linear_proj]")
     if cfg.rollout.name == "sglang" and cfg.rollout.tensor_model_parallel_size > 1:
-        problems.append(f"rollout.tensor_model_parallel_size={cfg.rollout.tensor_model_parallel_size}: SGLang engines "
-                        "of several GPUs do not take a mixture-of-experts model's weights from megarl yet (issue #49): "
-                        "set it to 1")
+        check_expert_parallel_engine(cfg, problems, experts_of(hf))
     if cfg.use_critic and cfg.critic.model.path in (None, cfg.model.path):
         problems.append(f"algorithm.adv_estimator={cfg.algorithm.adv_estimator} trains a critic on the policy's "
                         "mixture-of-experts checkpoint, which megarl does not build yet (issue #49): use grpo, rloo "
                         "or another estimator without a critic, or a dense critic.model.path")
+
+
+def check_expert_parallel_engine(cfg: MegaRLConfig, problems: list[str], experts: int) -> None:
+    """An SGLang engine of several GPUs holds each expert whole on one of them (its `ep_size`), taking them from the
+    actor's expert-parallel ranks through the reshard layer (parallel/reshard.py)."""
+    key = f"rollout.tensor_model_parallel_size={cfg.rollout.tensor_model_parallel_size}"
+    megatron = cfg.actor.megatron
+    if cfg.rollout.enable_resource_pool:
+        problems.append(f"{key}: SGLang engines of several GPUs on GPUs of their own (rollout.enable_resource_pool) do "
+                        "not take a mixture-of-experts model's weights yet (issue #49): set it to 1, or colocate them")
+    elif megatron.tensor_model_parallel_size > 1 or megatron.pipeline_model_parallel_size > 1:
+        problems.append(f"{key}: an SGLang engine of several GPUs takes a mixture-of-experts model's experts whole "
+                        "from actor ranks of tensor and pipeline parallel 1, but the actor has "
+                        f"{megatron.tensor_model_parallel_size} and {megatron.pipeline_model_parallel_size}: set "
+                        "actor.megatron.tensor_model_parallel_size=1 and pipeline_model_parallel_size=1 (expert "
+                        "parallelism splits the model), or the rollout's to 1")
+    elif experts % cfg.rollout.tensor_model_parallel_size:
+        problems.append(f"{key} must divide the model's {experts} experts: an SGLang engine of several GPUs holds "
+                        f"each expert whole on one of them; use one of {divisors(experts)}")
 
 
 def check_router_replay(cfg: MegaRLConfig, problems: list[str], hf: dict | None) -> None:

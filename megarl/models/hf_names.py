@@ -68,6 +68,12 @@ def is_expert(name: str) -> bool:
     return _LOCAL_EXPERT.search(name) is not None
 
 
+def expert_number(name: str) -> int | None:
+    """The number of the routed expert whose megatron parameter `name` is (None for no expert's)."""
+    match = _LOCAL_EXPERT.search(name)
+    return None if match is None else int(match.group(1))
+
+
 def expert_numbered_globally(name: str, first: int) -> str:
     """`name` with its expert's number on this rank made global: this rank's experts start at `first`."""
     return _LOCAL_EXPERT.sub(lambda m: f".local_experts.{int(m.group(1)) + first}.", name)

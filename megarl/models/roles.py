@@ -27,12 +27,12 @@ from megarl.models.bridge import (
     make_bridge,
     read_hf_tensors,
 )
-from megarl.models.hf_names import expert_numbered_globally, is_expert
+from megarl.models.hf_names import expert_number, expert_numbered_globally, is_expert
 from megarl.models.forward import CachedBlocks, compute_logprobs, compute_sequence_scores, compute_values
 from megarl.models.packing import pipeline_needs_one_length
 from megarl.models.lora import adapter_layers, adapters_disabled, freeze_base, init_adapters, is_adapter
 from megarl.models.training import build_optimizer, train_step
-from parallel.engines import EngineSlot
+from parallel.engines import EngineExperts, EngineSlot
 from parallel.offload import FrozenState, Residency, TrainedState
 from parallel.reshard import Convert, WeightStreamer
 
@@ -106,12 +106,14 @@ class RoleModel:
     def named_adapters(self) -> Iterator[tuple[str, object]]:
         return named_adapters(self.chunks)
 
-    def weight_streamer(self, convert: Convert, slot: EngineSlot, slots: list[EngineSlot]) -> WeightStreamer:
-        """Streams this model's weights (`named_parameters`) into engine `slot`, over its pipeline stages and its
-        expert-parallel ranks (parallel/reshard.py)."""
+    def weight_streamer(self, convert: Convert, slot: EngineSlot, slots: list[EngineSlot],
+                        engine_experts: EngineExperts = EngineExperts()) -> WeightStreamer:
+        """Streams this model's weights (`named_parameters`) into engine `slot` (whose ranks hold `engine_experts`),
+        over its pipeline stages and its expert-parallel ranks (parallel/reshard.py)."""
         return WeightStreamer(self.named_parameters, convert, slot, slots,
                               pp_group=parallel_state.get_pipeline_model_parallel_group(),
-                              ep_group=parallel_state.get_expert_model_parallel_group(), is_expert=is_expert)
+                              ep_group=parallel_state.get_expert_model_parallel_group(), expert_number=expert_number,
+                              engine_experts=engine_experts)
 
     def export_hf(self):
         """Stream (HF name, tensor); every rank of the model-parallel group must iterate it to the end."""

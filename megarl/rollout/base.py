@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Coroutine, Optional, Sequence, 
 
 from megarl.registry import Registry
 from parallel.controller import RecoverableError
+from parallel.engines import EngineExperts
 
 if TYPE_CHECKING:  # the config's validator imports this registry
     import torch
@@ -143,6 +144,7 @@ class EngineMemory:
 class RolloutEngine(ABC):
     def __init__(self):
         self.memory = EngineMemory()
+        self.experts = EngineExperts()  # a mixture-of-experts model's experts on each engine rank: all of them
         self._one_at_a_time: asyncio.Lock | None = None  # generate_one's, made on the loop run_async runs
 
     @classmethod

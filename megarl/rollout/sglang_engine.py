@@ -25,10 +25,11 @@ import torch
 import torch.distributed as dist
 
 from megarl.models.hf_names import hf_expert
-from megarl.models.shapes import heads_split_problem
+from megarl.models.shapes import experts_of, heads_split_problem
 from megarl.rollout.base import (KV_CACHE, MEMORY_TAGS, ROLLOUT_BACKENDS, EngineDied, OnResponse, Response,
                                  RolloutEngine, SamplingParams)
 from megarl.rollout.routing import decode_sglang_routing
+from parallel.engines import EngineExperts
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # what megarl stops on (megarl/recipe_command.py)
 SGLANG_VOCAB_PADDING = 64  # SGLang pads the vocabulary to this multiple before splitting it over TP ranks
@@ -82,10 +83,12 @@ class SGLangEngine(RolloutEngine):
     def __init__(self, model_path: str, *, engine_ranks: Sequence[int], local_devices: Sequence[int], group=None,
                  vocab_size: int, num_kv_heads: int, mem_fraction_static: float = 0.5, dtype: str = "bfloat16",
                  seed: int = 0, engine_kwargs: dict[str, Any] | None = None,
-                 routing_shape: tuple[int, int] | None = None):
+                 routing_shape: tuple[int, int] | None = None, num_experts: int = 0):
         """`local_devices[i]`: the CUDA device index (as this process counts them) of engine rank i's GPU; `group`:
         a gloo group of `engine_ranks`, over which the other ranks hand their IPC handles to the owner.
-        `routing_shape`: (layers, experts per token) of a model whose routing each response returns (R3)."""
+        `routing_shape`: (layers, experts per token) of a model whose routing each response returns (R3).
+        `num_experts`: a mixture-of-experts model's routed experts (0: dense); an engine of several GPUs splits them
+        over its ranks whole (SGLang's expert parallelism, `ep_size`), each rank taking its own from the reshard."""
         super().__init__()
         self.engine_ranks, self.group, self.routing_shape = list(engine_ranks), group, routing_shape
         tp = len(self.engine_ranks)
@@ -95,6 +98,11 @@ class SGLangEngine(RolloutEngine):
         if problem := heads_split_problem(tp, num_kv_heads):
             raise ValueError(f"rollout TP {tp} {problem}: SGLang would replicate heads where the reshard layer "
                              "splits them")
+        if num_experts and tp > 1:
+            if num_experts % tp:
+                raise ValueError(f"rollout TP {tp} must divide the model's {num_experts} experts: an engine of several "
+                                 "GPUs holds each expert whole on one of them")
+            self.experts = EngineExperts(num_experts // tp)
         steps = {b - a for a, b in zip(local_devices, local_devices[1:])}
         if len(steps) > 1 or (steps and steps.pop() <= 0):
             raise ValueError(f"an engine's GPUs must be evenly spaced and increasing, got {list(local_devices)}")
@@ -113,6 +121,8 @@ class SGLangEngine(RolloutEngine):
             )
             if routing_shape is not None:
                 args["enable_return_routed_experts"] = True
+            if self.experts.per_rank is not None:
+                args["ep_size"] = tp
             args.update(engine_kwargs or {})
             # Under torchrun this variable makes every process group rendezvous through torchrun's store, which
             # the engine's scheduler processes cannot reach: they would wait for it forever.
@@ -198,7 +208,7 @@ class SGLangEngine(RolloutEngine):
                    mem_fraction_static=rollout.gpu_memory_utilization, seed=seed,
                    engine_kwargs=dict(rollout.engine_kwargs),
                    routing_shape=(hf_config.num_hidden_layers, hf_config.num_experts_per_tok) if record_routing
-                   else None)
+                   else None, num_experts=experts_of(hf_config.to_dict()))
 
     @property
     def is_owner(self) -> bool:
@@ -222,7 +232,8 @@ class SGLangEngine(RolloutEngine):
             named = [(name, LocalSerializedTensor(values=[rank_parts[i][1] for rank_parts in gathered]))
                      for i, (name, _) in enumerate(mine)]
             # SGLang holds a layer's experts fused (FusedMoE's w13/w2): its model's own loader places each expert's
-            # whole tensors (one engine rank: config-checked); everything else is copied into place by name.
+            # whole tensors (on several ranks, each rank's own experts: the others' placeholders it skips, as it
+            # skips a checkpoint's experts of other ranks); everything else is copied into place by name.
             by_loader: dict[str | None, list] = {"direct": [], None: []}
             for name, tensor in named:
                 by_loader[None if hf_expert(name) else "direct"].append((name, tensor))

@@ -172,7 +172,7 @@ class ColocatedRolloutWorker(RolloutWorker):
         super().__init__(inputs, inputs.train_tp, judge)
         self.actor = actor.model
         self.streamer = self.actor.weight_streamer(hf_converter(self.hf_config), self.placement.slot,
-                                                   self.placement.slots)
+                                                   self.placement.slots, self.engine.experts)
 
     @worker_method()
     def release(self) -> None:

@@ -2,7 +2,8 @@
 split over both GPUs (`actor.megatron.expert_model_parallel_size=2`, megatron's all-to-all token dispatcher), each
 GPU's SGLang engine serving the whole model, every expert streamed to it from the GPU that holds it; the engine's
 log-probs agree with the trainer's each step (rollout/logprob_mult_error, bf16); the same run again with router replay
-(`actor.router_replay.mode=R3`), its mismatch and routing flips in the row beside the first's. Skipped on one GPU.
+(`actor.router_replay.mode=R3`), its mismatch and routing flips in the row beside the first's; and both again with one
+SGLang engine over both GPUs, its experts split over them as the actor's are. Skipped on one GPU.
 
 Two failures came before the pass: SGLang's `direct` weight load copies by parameter name and its FusedMoE layers
 have no per-expert names (the experts go through the model's own loader, megarl/rollout/sglang_engine.py), and
@@ -64,6 +65,33 @@ def test_grpo_with_experts_split_over_two_gpus_on_sglang(tmp_path):
         "random_init": True, "expert_model_parallel_size": 2,
         **{key: [s[key] for s in steps] for key in ("timing_s/step", "timing_s/gen", "timing_s/update_actor",
                                                       "timing_s/update_weights", "rollout/logprob_mult_error")},
+        **{f"router_replay_r3/{key}": [s[key] for s in replayed]
+           for key in ("timing_s/step", "rollout/logprob_mult_error", "rollout/routing_flip_frac")}},
+        gpus_used=2)
+
+
+def test_grpo_on_one_sglang_engine_of_two_gpus_with_expert_parallelism(tmp_path):
+    """One SGLang engine over both GPUs (`rollout.tensor_model_parallel_size=2`), its experts split over them whole
+    (SGLang's `ep_size`) as the actor's are (EP 2): each GPU's experts reach its engine rank from the training rank on
+    the same GPU, none travels (parallel/reshard.py, `EngineExperts`); the engine's log-probs agree with the
+    trainer's, without and with router replay."""
+    root = moe_setup(tmp_path / "setup")
+    engine_ep = ("rollout.tensor_model_parallel_size=2",)
+    steps = grpo(root, tmp_path / "run", *engine_ep)
+    replayed = grpo(root, tmp_path / "r3", *engine_ep, "actor.router_replay.mode=R3")
+    assert len(steps) == len(replayed) == 4
+    for step in steps + replayed:
+        assert step["rollout/logprob_mult_error"] < 1.05 and step["actor/grad_norm"] > 0
+        assert step["update_weights/bytes_received_gb"] == 0  # every expert and shard was on its engine rank's GPU
+    record_gpu_row("moe_gpu.json", {
+        "what": "moe-grpo-ep2-sglang-tp2-ep2", "dtype": "bf16", "backend": "sglang",
+        "command": "MEGARL_RESULTS_DIR=$OUT python -m pytest tests/gpu/test_moe_gpu.py",
+        "model_shape": "qwen3_moe: 2 layers, hidden 256, 8 experts (2 per token), expert width 256",
+        "random_init": True, "expert_model_parallel_size": 2, "rollout_tensor_parallel_size": 2,
+        "rollout_expert_parallel_size": 2,
+        **{key: [s[key] for s in steps] for key in ("timing_s/step", "timing_s/gen", "timing_s/update_actor",
+                                                      "timing_s/update_weights", "update_weights/stream_s",
+                                                      "rollout/logprob_mult_error")},
         **{f"router_replay_r3/{key}": [s[key] for s in replayed]
            for key in ("timing_s/step", "rollout/logprob_mult_error", "rollout/routing_flip_frac")}},
         gpus_used=2)

@@ -353,7 +353,11 @@ def test_the_agent_loop_is_checked_before_the_run(tmp_path):
                             "(linear_fc1, linear_fc2) take no adapters"),
     (["actor.megatron.moe_aux_loss_coeff=-1"], "actor.megatron.moe_aux_loss_coeff=-1.0 must be a finite number ≥ 0"),
     (["rollout.name=sglang", "rollout.tensor_model_parallel_size=2", "actor.megatron.tensor_model_parallel_size=2"],
-     "rollout.tensor_model_parallel_size=2: SGLang engines of several GPUs do not take a mixture-of-experts"),
+     "rollout.tensor_model_parallel_size=2: an SGLang engine of several GPUs takes a mixture-of-experts model's "
+     "experts whole from actor ranks of tensor and pipeline parallel 1, but the actor has 2 and 1"),
+    (["rollout.name=sglang", "rollout.tensor_model_parallel_size=2", "rollout.enable_resource_pool=true",
+      "rollout.nnodes=1", "rollout.n_gpus_per_node=2"],
+     "rollout.tensor_model_parallel_size=2: SGLang engines of several GPUs on GPUs of their own"),
     (["algorithm.adv_estimator=gae"], "algorithm.adv_estimator=gae trains a critic on the policy's mixture-of-experts "
                                       "checkpoint"),
 ])
@@ -366,6 +370,8 @@ def test_a_mixture_of_experts_recipe_is_checked_against_its_experts(tmp_path, ov
     assert any(p.startswith(problem.format(where=f"{tmp_path}/config.json")) for p in found), found
     load_config(overrides=[*grpo, "actor.megatron.expert_model_parallel_size=2"])
     load_config(overrides=[*grpo, "actor.lora.rank=8", "actor.lora.target_modules=[linear_qkv,linear_proj]"])
+    load_config(overrides=[*grpo, "rollout.name=sglang", "rollout.tensor_model_parallel_size=2",
+                           "actor.megatron.expert_model_parallel_size=2"])
 
 
 def test_expert_settings_need_experts(tmp_path):
