@@ -208,7 +208,7 @@ def equal_token_totals(sequences: Sequence, groups: Sequence[Sequence[int]], cp_
     totals = [sum(-(-len(sequences[i]) // multiple) * multiple for i in g) for g in groups]
     if gathers:
         totals = _largest_over_expert_group(totals)
-    return [max(totals)] * len(totals) if one_length else totals
+    return [max(totals)] * len(totals) if one_length and totals else totals
 
 
 def _largest_over_expert_group(mine: list[int]) -> list[int]:
