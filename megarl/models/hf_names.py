@@ -65,7 +65,7 @@ def hf_expert(name: str) -> tuple[str, int, str] | None:
 
 def is_expert(name: str) -> bool:
     """Whether megatron parameter `name` is a routed expert's (split over the expert-parallel ranks)."""
-    return _LOCAL_EXPERT.search(name) is not None
+    return expert_number(name) is not None
 
 
 def expert_number(name: str) -> int | None:
