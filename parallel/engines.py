@@ -11,8 +11,6 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
-from parallel import topology
-
 
 @dataclass(frozen=True)
 class EngineSlot:
@@ -82,6 +80,9 @@ class EnginePlacement:
 
 def place_engines(train_tp: int, rollout_tp: int) -> EnginePlacement:
     """Collective over the default group: every rank calls it once, with the same sizes."""
+    # Imported here: topology loads megatron-core, and the driver reads the layout types above before any launch.
+    from parallel import topology
+
     world, rank = dist.get_world_size(), dist.get_rank()
     slots = engine_slots(world, train_tp, rollout_tp)
     slot = slots[rank]
