@@ -82,8 +82,8 @@ def check_expert_parallel_engine(cfg: MegaRLConfig, problems: list[str], experts
 
 def check_router_replay(cfg: MegaRLConfig, problems: list[str], hf: dict | None) -> None:
     """`actor.router_replay.mode` (verl's names) against the policy (`hf`, model.path's config; None: unread) and
-    what R3 does not handle yet: the engine's per-token routing is laid out over each rank's whole packed
-    micro-batch, so nothing that splits a micro-batch's tokens over ranks, nor a trajectory of several turns."""
+    what R3 does not handle yet: sequence parallelism (a share of a micro-batch's tokens on each tensor-parallel
+    rank), nor a trajectory of several turns."""
     replay = cfg.actor.router_replay
     if replay.mode == "R2":
         problems.append("actor.router_replay.mode=R2 (the trainer's own routing of the old-log-prob pass, replayed in "
@@ -99,11 +99,6 @@ def check_router_replay(cfg: MegaRLConfig, problems: list[str], hf: dict | None)
         problems.append(f"{key} replays a mixture-of-experts router's choices, but {cfg.model.path} is a dense model: "
                         "set actor.router_replay.mode=disabled")
     megatron = cfg.actor.megatron
-    for name, why in (("pipeline_model_parallel_size", "each stage's routers would need their layers' share"),
-                      ("context_parallel_size", "each rank holds chunks of every sequence")):
-        if getattr(megatron, name) > 1:
-            problems.append(f"{key} with actor.megatron.{name}={getattr(megatron, name)} is not built yet ({why}): "
-                            f"set actor.megatron.{name}=1 or actor.router_replay.mode=disabled")
     if megatron.transformer_impl == "transformer_engine" and megatron.tensor_model_parallel_size > 1:
         problems.append(f"{key} with actor.megatron.transformer_impl=transformer_engine at tensor parallel > 1 "
                         "(sequence parallel: each rank routes a share of the tokens) is not built yet: use "

@@ -168,12 +168,15 @@ def compute_logprobs(model, sequences: Sequence, micro_batches: Sequence[Sequenc
 
         def per_token(logits, batch):
             logprobs, entropy = vocab_parallel_logprobs_and_entropy(logits, batch.labels, temperature, with_entropy)
-            flips = {"routing_flips": replay.flips.unsqueeze(0)} if replay is not None else {}
-            return {"logprobs": logprobs, **({"entropy": entropy} if with_entropy else {}), **flips}
+            return {"logprobs": logprobs, **({"entropy": entropy} if with_entropy else {})}
 
         batches = pack_micro_batches(sequences, micro_batches, device, routing=routing,
                                      one_length=pipeline_needs_one_length(model))
         results = run_forward(model, batches, per_token, blocks, replay)
+        if replay is not None:
+            flips = replay.flips_over_stages()
+            results = [{**result, **_share(batch, {"routing_flips": batch_flips.unsqueeze(0)}, ["routing_flips"])}
+                       for result, batch, batch_flips in zip(results, batches, flips)]
     merged = _merge(results, micro_batches, len(sequences))
     return {key: [v[:-1] for v in values] for key, values in merged.items()}
 

@@ -4,15 +4,21 @@ experts the rollout engine chose for it, through megatron's own mechanism (a mod
 consults). megatron's static setters act on every router of the process (its class-level list holds the reference's
 too, and every model a test builds), so a pass sets and clears the routers of its own model only.
 
-The engine's routing of a sample covers the tokens it forwarded: all but the last ([L − 1, MoE layers, top-k]).
-`packed_routing` lays it out as the packed micro-batch the model sees, with a filler for the rest."""
+The engine's routing of a sample covers the tokens it forwarded: all but the last ([L − 1, MoE layers, top-k], the
+model's MoE layers first to last). `packed_routing` lays it out as the packed micro-batch the model sees (a context
+parallel rank's chunks of each sample, as its tokens), with a filler for the rest; a pipeline stage's routers take
+their own layers' columns."""
 
 from __future__ import annotations
 
 from typing import Sequence
 
 import torch
+import torch.distributed as dist
+from megatron.core import parallel_state
 from megatron.core.transformer.moe.router import TopKRouter
+from megatron.core.transformer.transformer_config import TransformerConfig
+from megatron.core.utils import get_model_config
 from megatron.core.transformer.moe.router_replay import RouterReplayAction
 
 
@@ -41,6 +47,14 @@ def moe_routers(chunks: Sequence[torch.nn.Module]) -> list[TopKRouter]:
     return sorted(routers, key=lambda router: router.layer_number)
 
 
+def moe_layer_numbers(config: TransformerConfig) -> list[int]:
+    """The model's MoE layers (megatron's 1-based layer numbers, over every pipeline stage), read from
+    `moe_layer_freq` as megatron's layer specs read it: an expert layer every N layers, or a 0/1 list per layer."""
+    freq = config.moe_layer_freq
+    pattern = [int(i % freq == 0) for i in range(config.num_layers)] if isinstance(freq, int) else list(freq)
+    return [number for number, is_moe in enumerate(pattern, start=1) if is_moe]
+
+
 class _ReplayInBackward(torch.autograd.Function):
     """Identity on a micro-batch's output whose backward, which runs before any layer's, switches the routers to
     REPLAY_BACKWARD: a layer that activation recompute runs again then takes the routing its forward took (megatron
@@ -64,7 +78,11 @@ class RoutingReplay:
 
     def __init__(self, chunks: Sequence[torch.nn.Module], measure_flips: bool = False):
         self.routers = moe_routers(chunks)
+        moe_layers = moe_layer_numbers(get_model_config(chunks[0]))
+        self.columns = [moe_layers.index(router.layer_number) for router in self.routers]  # this stage's layers
+        self.moe_layers = len(moe_layers)
         self.flips: torch.Tensor | None = None
+        self.batch_flips: list[torch.Tensor] = []  # this stage's `flips` of each micro-batch of the pass
         self.hooks = [router.register_forward_hook(self._count_flips) for router in self.routers] \
             if measure_flips else []
 
@@ -84,12 +102,22 @@ class RoutingReplay:
         if routing is None:
             self.set_action(None)
             return
-        if routing.shape[1] != len(self.routers):
-            raise ValueError(f"the engine's routing has {routing.shape[1]} MoE layers, the model {len(self.routers)}")
-        for layer, router in enumerate(self.routers):
-            router.router_replay.set_target_indices(routing[:, layer].contiguous())
+        if routing.shape[1] != self.moe_layers:
+            raise ValueError(f"the engine's routing has {routing.shape[1]} MoE layers, the model {self.moe_layers}")
+        for column, router in zip(self.columns, self.routers):
+            router.router_replay.set_target_indices(routing[:, column].contiguous())
         self.set_action(RouterReplayAction.REPLAY_FORWARD)
-        self.flips = torch.zeros(routing.shape[0], device=routing.device) if self.hooks else None
+        if self.hooks:
+            self.flips = torch.zeros(routing.shape[0], device=routing.device)
+            self.batch_flips.append(self.flips)
+
+    def flips_over_stages(self) -> list[torch.Tensor]:
+        """Each micro-batch's `flips` over the whole model: every pipeline stage counted its own layers."""
+        if parallel_state.get_pipeline_model_parallel_world_size() > 1:
+            group = parallel_state.get_pipeline_model_parallel_group()
+            for flips in self.batch_flips:
+                dist.all_reduce(flips, group=group)
+        return self.batch_flips
 
     def in_backward(self, output: torch.Tensor) -> torch.Tensor:
         """`output`, through which the micro-batch's backward switches the routers to REPLAY_BACKWARD."""

@@ -1,5 +1,5 @@
 """`actor.router_replay.mode` (verl's key and values): refused, with the fix, where R3 cannot run (a dense model,
-layouts that split a micro-batch's tokens, multi-turn rollouts, verl's R2), accepted on a mixture-of-experts model;
+sequence parallelism, multi-turn rollouts, verl's R2), accepted on a mixture-of-experts model;
 verl's recipes convert to it."""
 
 import json
@@ -25,8 +25,11 @@ def problems(*overrides) -> list[str]:
     return info.value.problems
 
 
-def test_r3_is_accepted_on_a_mixture_of_experts_model(tmp_path):
-    cfg = load_config(overrides=[model(tmp_path), *GRPO, "actor.router_replay.mode=R3"])
+@pytest.mark.parametrize("layout", [[], ["actor.megatron.pipeline_model_parallel_size=2"],
+                                    ["actor.megatron.context_parallel_size=2"]])
+def test_r3_is_accepted_on_a_mixture_of_experts_model(tmp_path, layout):
+    """Also over pipeline stages and context-parallel ranks (tests/megarl/models/test_router_replay.py)."""
+    cfg = load_config(overrides=[model(tmp_path), *GRPO, "actor.router_replay.mode=R3", *layout])
     assert cfg.actor.router_replay.replays_rollout
     assert not load_config(overrides=[model(tmp_path), *GRPO]).actor.router_replay.replays_rollout
 
@@ -42,10 +45,6 @@ def test_r3_on_a_dense_model_is_refused(tmp_path):
     (["actor.router_replay.mode=R2"], "actor.router_replay.mode=R2 (the trainer's own routing of the old-log-prob "
                                       "pass, replayed in the update) is not built: use R3"),
     (["actor.router_replay.mode=r3"], "actor.router_replay.mode='r3' is not one of: disabled, R3"),
-    (["actor.router_replay.mode=R3", "actor.megatron.pipeline_model_parallel_size=2"],
-     "actor.router_replay.mode=R3 with actor.megatron.pipeline_model_parallel_size=2 is not built yet"),
-    (["actor.router_replay.mode=R3", "actor.megatron.context_parallel_size=2"],
-     "actor.router_replay.mode=R3 with actor.megatron.context_parallel_size=2 is not built yet"),
     (["actor.router_replay.mode=R3", "rollout.multi_turn.enable=true", "rollout.multi_turn.tools=[python]"],
      "actor.router_replay.mode=R3 with rollout.multi_turn.enable: the agent loop does not carry the routing"),
 ])
