@@ -55,10 +55,6 @@ def check_moe_policy(cfg: MegaRLConfig, problems: list[str], hf: dict) -> None:
                         "linear_proj]")
     if cfg.rollout.name == "sglang" and cfg.rollout.tensor_model_parallel_size > 1:
         check_expert_parallel_engine(cfg, problems, experts_of(hf))
-    if cfg.use_critic and cfg.critic.model.path in (None, cfg.model.path):
-        problems.append(f"algorithm.adv_estimator={cfg.algorithm.adv_estimator} trains a critic on the policy's "
-                        "mixture-of-experts checkpoint, which megarl does not build yet (issue #49): use grpo, rloo "
-                        "or another estimator without a critic, or a dense critic.model.path")
 
 
 def check_expert_parallel_engine(cfg: MegaRLConfig, problems: list[str], experts: int) -> None:

@@ -358,8 +358,8 @@ def test_the_agent_loop_is_checked_before_the_run(tmp_path):
     (["rollout.name=sglang", "rollout.tensor_model_parallel_size=2", "rollout.enable_resource_pool=true",
       "rollout.nnodes=1", "rollout.n_gpus_per_node=2"],
      "rollout.tensor_model_parallel_size=2: SGLang engines of several GPUs on GPUs of their own"),
-    (["algorithm.adv_estimator=gae"], "algorithm.adv_estimator=gae trains a critic on the policy's mixture-of-experts "
-                                      "checkpoint"),
+    (["algorithm.adv_estimator=gae", "critic.megatron.expert_model_parallel_size=3"],
+     "critic.megatron.expert_model_parallel_size=3 must divide the model's 4 experts ({where}): use one of 1, 2, 4"),
 ])
 def test_a_mixture_of_experts_recipe_is_checked_against_its_experts(tmp_path, overrides, problem):
     config = {"model_type": "qwen3_moe", "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
@@ -372,6 +372,8 @@ def test_a_mixture_of_experts_recipe_is_checked_against_its_experts(tmp_path, ov
     load_config(overrides=[*grpo, "actor.lora.rank=8", "actor.lora.target_modules=[linear_qkv,linear_proj]"])
     load_config(overrides=[*grpo, "rollout.name=sglang", "rollout.tensor_model_parallel_size=2",
                            "actor.megatron.expert_model_parallel_size=2"])
+    load_config(overrides=[*grpo, "algorithm.adv_estimator=gae", "actor.megatron.expert_model_parallel_size=2",
+                           "critic.megatron.expert_model_parallel_size=2"])  # a critic on the MoE model
 
 
 def test_expert_settings_need_experts(tmp_path):

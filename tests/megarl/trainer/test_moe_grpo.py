@@ -6,7 +6,9 @@ layer on each of two pipeline stages, and the one with each sequence over two co
 in length, so the two ranks' micro-batches do too (padded to the same tokens for the CPU's all-gather dispatcher).
 The router's load-balancing and z losses (`moe_aux_loss_coeff`, `moe_z_loss_coeff`) change the first step's
 gradients from the same samples. Resumed from its step-2 checkpoint (each rank's experts saved and loaded under
-their global numbers), the split run's step 3 comes out the same. Router replay (R3) trains on the engine's routing."""
+their global numbers), the split run's step 3 comes out the same. Router replay (R3) trains on the engine's routing.
+PPO's critic on the MoE checkpoint (a value head on its layers) splits its experts too, trains as on every rank and
+resumes exactly."""
 
 import re
 import sys
@@ -35,10 +37,10 @@ def moe_setup(tmp_path_factory):
     return root
 
 
-def grpo(setup, out, ep: int, *extra: str) -> list[dict]:
+def grpo(setup, out, ep: int, *extra: str, estimator: str = "grpo") -> list[dict]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
            "-m", "megarl.train",
-           *overrides(setup, out, "algorithm.adv_estimator=grpo",
+           *overrides(setup, out, f"algorithm.adv_estimator={estimator}",
                       f"reward.function={setup / 'reward.py'}:compute_score", "trainer.total_training_steps=3",
                       f"actor.megatron.expert_model_parallel_size={ep}", *extra)]
     proc = run_command(cmd, timeout=480)
@@ -47,10 +49,11 @@ def grpo(setup, out, ep: int, *extra: str) -> list[dict]:
     return read_metrics(out)
 
 
-def rank_parameters(out) -> int:
-    """The parameters megatron reports on rank 0 of the run at `out`."""
-    return int(re.search(r"number of parameters on \(tensor, pipeline\) model parallel rank \(0, 0\): (\d+)",
-                         (out / "console.txt").read_text()).group(1))
+def rank_parameters(out, model: int = 0) -> int:
+    """The parameters megatron reports on rank 0 of the run at `out`, for the `model`-th model it built (the actor
+    first, then a critic)."""
+    return int(re.findall(r"number of parameters on \(tensor, pipeline\) model parallel rank \(0, 0\): (\d+)",
+                          (out / "console.txt").read_text())[model])
 
 
 @pytest.fixture(scope="module")
@@ -133,3 +136,26 @@ def test_router_replay_runs_grpo_on_the_engines_routing(moe_setup, split, tmp_pa
     assert replayed[0]["rollout/logprob_mult_error"] == pytest.approx(1.0, abs=1e-5)
     assert replayed[0]["rollout/routing_flip_frac"] == pytest.approx(0.0, abs=0.02)
     assert replayed[0]["actor/ppo_kl"] != 0 and 0 < replayed[0]["actor/grad_norm"] < float("inf")
+
+
+CRITIC_COMPARED = ("critic/values/mean", "critic/vf_loss", "critic/grad_norm", "critic/advantages/max",
+                   "actor/pg_loss", "actor/grad_norm")
+
+
+def ppo(setup, out, ep: int, *extra: str) -> list[dict]:
+    return grpo(setup, out, ep, f"critic.megatron.expert_model_parallel_size={ep}", "trainer.total_training_steps=2",
+                *extra, estimator="gae")
+
+
+def test_a_critic_on_the_moe_model_splits_its_experts_trains_as_on_one_and_resumes(moe_setup, tmp_path):
+    split = ppo(moe_setup, tmp_path / "ep2", 2, "trainer.save_freq=1")
+    whole = ppo(moe_setup, tmp_path / "ep1", 1)
+    assert rank_parameters(tmp_path / "ep1", 1) - rank_parameters(tmp_path / "ep2", 1) == 2 * 2 * 3 * 64 * 32
+    for step, step_whole in zip(split, whole, strict=True):
+        for key in CRITIC_COMPARED:
+            assert step[key] == pytest.approx(step_whole[key], rel=1e-3, abs=1e-6), key
+    assert split[0]["critic/values/mean"] != split[1]["critic/values/mean"]  # the first update moved the critic
+    resumed = ppo(moe_setup, tmp_path / "resumed", 2, "trainer.resume_mode=resume_path",
+                  f"trainer.resume_from_path={tmp_path / 'ep2' / 'checkpoints' / 'global_step_1'}")
+    compared = {key: value for key, value in split[1].items() if not key.startswith(WALL_CLOCK)}
+    assert {key: resumed[0][key] for key in compared} == compared
