@@ -182,13 +182,15 @@ def to_device(tensor: torch.Tensor, device) -> torch.Tensor:
 
 def pack_micro_batches(sequences: Sequence, groups: Sequence[Sequence[int]], device=None,
                        token_fields: dict[str, list[torch.Tensor]] | None = None,
-                       routing: Sequence[torch.Tensor] | None = None, one_length: bool = False) -> list[PackedBatch]:
+                       routing: Sequence[torch.Tensor] | None = None, one_length: bool = False,
+                       min_tokens: int = 0) -> list[PackedBatch]:
     """One packed batch per group of sample indices, holding this rank's context-parallel part of megatron's mesh;
     `token_fields` and `routing` as `pack_sequences` takes them, one tensor per sample of `sequences`. `one_length`:
-    every batch padded to as many tokens (`pipeline_needs_one_length`)."""
+    every batch padded to as many tokens (`pipeline_needs_one_length`), at least `min_tokens` (another part of the
+    pass's micro-batches: `padded_tokens`)."""
     cp_size, cp_rank = parallel_state.get_context_parallel_world_size(), parallel_state.get_context_parallel_rank()
     fields = token_fields or {}
-    totals = equal_token_totals(sequences, groups, cp_size, one_length)
+    totals = equal_token_totals(sequences, groups, cp_size, one_length, min_tokens)
     return [pack_sequences([sequences[i] for i in group], cp_size, cp_rank, device,
                            {name: [values[i] for i in group] for name, values in fields.items()}, total,
                            None if routing is None else [routing[i] for i in group])
@@ -196,7 +198,7 @@ def pack_micro_batches(sequences: Sequence, groups: Sequence[Sequence[int]], dev
 
 
 def equal_token_totals(sequences: Sequence, groups: Sequence[Sequence[int]], cp_size: int,
-                       one_length: bool = False) -> list[int | None]:
+                       one_length: bool = False, min_tokens: int = 0) -> list[int | None]:
     """Each micro-batch's padded tokens where they must be equal: on every rank of a mixture-of-experts layer's
     tensor × expert-parallel group for its all-gather token dispatcher (megatron's, on CPU) — the group's largest, so
     every rank runs as many micro-batches of as many tokens — and, with `one_length`, over the micro-batches too.
@@ -208,7 +210,12 @@ def equal_token_totals(sequences: Sequence, groups: Sequence[Sequence[int]], cp_
     totals = [sum(-(-len(sequences[i]) // multiple) * multiple for i in g) for g in groups]
     if gathers:
         totals = _largest_over_expert_group(totals)
-    return [max(totals)] * len(totals) if one_length and totals else totals
+    return [max(*totals, min_tokens)] * len(totals) if one_length and totals else totals
+
+
+def padded_tokens(batches: Sequence[PackedBatch]) -> int:
+    """The most tokens a packed batch of `batches` holds, over every context-parallel rank (0: none)."""
+    return max((sum(batch.padded_lengths) for batch in batches), default=0)
 
 
 def _largest_over_expert_group(mine: list[int]) -> list[int]:

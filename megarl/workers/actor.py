@@ -14,6 +14,7 @@ from megarl.columns import (ADVANTAGES, ENTROPYS, OLD_LOG_PROBS, PROMPT_IDS, PTX
                             PTX_RESPONSES, REF_LOG_PROB, RESPONSE_MASK, RESPONSES, ROLLOUT_IS_WEIGHTS, ROLLOUT_RS_MASK,
                             ROUTED_EXPERTS, ROUTING_FLIPS, SEQUENCES, stage)
 from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
+from megarl.models.packing import padded_tokens
 from megarl.models.roles import build_actor
 from megarl.workers import TrainedWorker, join_mesh
 from megarl.workers.sequences import reference_columns, response_values, sequences
@@ -98,10 +99,15 @@ class ActorWorker(TrainedWorker):
             fields[ROLLOUT_IS_WEIGHTS] = part[ROLLOUT_IS_WEIGHTS]
         # Rejected tokens (rollout correction) leave the loss and its denominators.
         mask = part[RESPONSE_MASK] * part[ROLLOUT_RS_MASK] if ROLLOUT_RS_MASK in part else None
+        one_length = self.model.packs_to_one_length
         packed, tokens = pack_mini_batch(part, fields, self.inputs.update, device, mask, self._routing(part),
-                                         self.model.packs_to_one_length)
+                                         one_length)
         if loss.ptx_coef > 0:
-            packed += self._ptx_micro_batches(part, device)
+            ptx = self._ptx_micro_batches(part, device, padded_tokens(packed) if one_length else 0)
+            if one_length and padded_tokens(ptx) > padded_tokens(packed):  # one pass: its RL samples padded to them
+                packed, tokens = pack_mini_batch(part, fields, self.inputs.update, device, mask, self._routing(part),
+                                                 one_length, padded_tokens(ptx))
+            packed += ptx
         policy_loss = POLICY_LOSSES.get(loss.name)
         temperature = self.inputs.temperature
 
@@ -128,9 +134,10 @@ class ActorWorker(TrainedWorker):
 
         return reduce_metrics(self.model.train_step(packed, loss_fn))
 
-    def _ptx_micro_batches(self, part: Batch, device) -> list:
-        """The mini-batch's pretraining samples (`ptx_*` columns, PPO-ptx) packed like its RL samples, weighted so
-        that their summed loss is the mean NLL over the mini-batch's pretraining tokens on all data-parallel ranks."""
+    def _ptx_micro_batches(self, part: Batch, device, min_tokens: int) -> list:
+        """The mini-batch's pretraining samples (`ptx_*` columns, PPO-ptx) packed like its RL samples (each
+        micro-batch of at least `min_tokens` where the model packs to one length), weighted so that their summed loss
+        is the mean NLL over the mini-batch's pretraining tokens on all data-parallel ranks."""
         ptx = Batch({RESPONSES: part[PTX_RESPONSES], RESPONSE_MASK: part[PTX_RESPONSE_MASK]},
                     {PROMPT_IDS: part[PTX_PROMPT_IDS]})
         mask = ptx[RESPONSE_MASK]
@@ -139,4 +146,4 @@ class ActorWorker(TrainedWorker):
         seqs = sequences(ptx)
         weights = token_weights(mask, "token-mean", tokens.item())
         return pack_groups(ptx, seqs, {"ptx_weights": weights}, self.inputs.update.micro.split([len(s) for s in seqs]),
-                           device, one_length=self.model.packs_to_one_length)
+                           device, one_length=self.model.packs_to_one_length, min_tokens=min_tokens)

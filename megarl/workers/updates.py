@@ -25,13 +25,13 @@ from parallel.batch import Batch
 
 def pack_mini_batch(part: Batch, fields: dict[str, torch.Tensor], update: UpdateSchedule, device,
                     mask: torch.Tensor | None = None,
-                    routing: list[torch.Tensor] | None = None,
-                    one_length: bool = False) -> tuple[list[PackedBatch], float]:
+                    routing: list[torch.Tensor] | None = None, one_length: bool = False,
+                    min_tokens: int = 0) -> tuple[list[PackedBatch], float]:
     """Micro-batches of `part` packed for this context-parallel rank, with token fields `fields` ([B, R] each),
     `mask` (the response mask, or the given one: fewer tokens in the loss), `weights` (under the update's
     loss-aggregation mode) and `token_mean` (for metrics); and the mini-batch's global count of loss tokens.
     `routing`: each sample's routed experts, for the routers to replay (R3). `one_length`: the role's
-    `RoleModel.packs_to_one_length`."""
+    `RoleModel.packs_to_one_length`, each micro-batch then of at least `min_tokens`."""
     mask = part[RESPONSE_MASK] if mask is None else mask
     counts = torch.stack([mask.sum(), (mask.sum(-1) > 0).sum().float()]).to(device)
     dist.all_reduce(counts, group=parallel_state.get_data_parallel_group())
@@ -43,15 +43,17 @@ def pack_mini_batch(part: Batch, fields: dict[str, torch.Tensor], update: Update
     }
     seqs = sequences(part)
     return pack_groups(part, seqs, fields, update.micro.split([len(s) for s in seqs]), device, routing,
-                       one_length), tokens
+                       one_length, min_tokens), tokens
 
 
 def pack_groups(part: Batch, seqs: list[torch.Tensor], fields: dict[str, torch.Tensor], groups: list[list[int]],
-                device, routing: list[torch.Tensor] | None = None, one_length: bool = False) -> list[PackedBatch]:
+                device, routing: list[torch.Tensor] | None = None, one_length: bool = False,
+                min_tokens: int = 0) -> list[PackedBatch]:
     """`part`'s sequences `seqs`, one packed batch per group of indices for this context-parallel rank, with
-    the response `fields` ([B, R] each) as token fields (and `routing` to replay; `one_length` as pack_mini_batch)."""
+    the response `fields` ([B, R] each) as token fields (and `routing` to replay; `one_length` and `min_tokens` as
+    pack_mini_batch)."""
     per_token = {name: at_next_token_positions(part, values) for name, values in fields.items()}
-    return pack_micro_batches(seqs, groups, device, per_token, routing, one_length)
+    return pack_micro_batches(seqs, groups, device, per_token, routing, one_length, min_tokens)
 
 
 def reduce_metrics(step: dict) -> dict[str, float]:

@@ -90,23 +90,34 @@ def test_experts_split_over_two_ranks_train_as_on_one(split_run, split, whole_ru
     assert all(step["actor/ppo_kl"] != 0 for step in split)  # the first mini-batch's update moved the experts
 
 
-ONE_MINI_BATCH = "actor.ppo_mini_batch_size=2"  # the step's samples in one update, however the ranks split them
+# Pretraining texts shorter and longer than the RL samples (PPO-ptx): on the pipeline's pass of one length the RL
+# micro-batches are padded to the longest text's, or the texts' to the longest RL sample's.
+PTX_TEXTS = ["one two", "what is four and five " * 12, "the answer is nine", "seven eight nine ten " * 9]
+
+
+def one_mini_batch_with_ptx(setup) -> tuple[str, ...]:
+    """The step's samples in one update, however the ranks split them, and PPO-ptx's loss on the texts."""
+    return ("actor.ppo_mini_batch_size=2", f"data.ptx_files=[{setup / 'ptx.parquet'}]", "data.ptx_prompt_key=null",
+            "data.ptx_response_key=text", "actor.ptx_coef=0.5")
 
 
 @pytest.fixture(scope="module")
 def one_mini_batch(moe_setup, tmp_path_factory):
     """Two data-parallel ranks, each step one update."""
-    return grpo(moe_setup, tmp_path_factory.mktemp("dp2"), 1, ONE_MINI_BATCH)
+    datasets.Dataset.from_list([{"text": text} for text in PTX_TEXTS]).to_parquet(str(moe_setup / "ptx.parquet"))
+    return grpo(moe_setup, tmp_path_factory.mktemp("dp2"), 1, *one_mini_batch_with_ptx(moe_setup))
 
 
 @pytest.mark.parametrize("layout", ["pipeline_model_parallel_size", "context_parallel_size"])
 def test_pipeline_stages_and_context_parallel_ranks_train_as_data_parallel_ones(moe_setup, one_mini_batch, layout,
                                                                                  tmp_path):
-    """A layer on each of two pipeline stages (on CPU every micro-batch of a pass is padded to one length for the
-    all-gather dispatcher: packing.pipeline_needs_one_length), or each sequence split over two context-parallel
-    ranks: the same samples, losses and engine log-probs as two data-parallel ranks."""
-    steps = grpo(moe_setup, tmp_path / layout, 1, ONE_MINI_BATCH, f"actor.megatron.{layout}=2")
+    """A layer on each of two pipeline stages (on CPU every micro-batch of a pass, RL and pretraining ones, is padded
+    to one length for the all-gather dispatcher: packing.pipeline_needs_one_length), or each sequence split over two
+    context-parallel ranks: the same samples, losses and engine log-probs as two data-parallel ranks."""
+    steps = grpo(moe_setup, tmp_path / layout, 1, *one_mini_batch_with_ptx(moe_setup), f"actor.megatron.{layout}=2")
     assert_trains_alike(steps, one_mini_batch)
+    assert [step["actor/ptx_loss"] for step in steps] == \
+        pytest.approx([step["actor/ptx_loss"] for step in one_mini_batch], rel=1e-4)
 
 
 def test_the_routers_losses_join_the_update(moe_setup, split, tmp_path):
