@@ -3,7 +3,9 @@ split over both GPUs (`actor.megatron.expert_model_parallel_size=2`, megatron's 
 GPU's SGLang engine serving the whole model, every expert streamed to it from the GPU that holds it; the engine's
 log-probs agree with the trainer's each step (rollout/logprob_mult_error, bf16); the same run again with router replay
 (`actor.router_replay.mode=R3`), its mismatch and routing flips in the row beside the first's; and both again with one
-SGLang engine over both GPUs, its experts split over them as the actor's are. Skipped on one GPU.
+SGLang engine over both GPUs, its experts split over them as the actor's are; an actor whose parameters, gradients and
+optimizer state leave the GPUs between its calls (the experts' expert-parallel buffers with the rest), and one over two
+pipeline stages. Skipped on one GPU.
 
 Two failures came before the pass: SGLang's `direct` weight load copies by parameter name and its FusedMoE layers
 have no per-expert names (the experts go through the model's own loader, megarl/rollout/sglang_engine.py), and
@@ -94,4 +96,28 @@ def test_grpo_on_one_sglang_engine_of_two_gpus_with_expert_parallelism(tmp_path)
                                                       "rollout/logprob_mult_error")},
         **{f"router_replay_r3/{key}": [s[key] for s in replayed]
            for key in ("timing_s/step", "rollout/logprob_mult_error", "rollout/routing_flip_frac")}},
+        gpus_used=2)
+
+
+def test_grpo_on_an_offloaded_moe_actor_and_over_two_pipeline_stages(tmp_path):
+    """Parameter, gradient and optimizer offload of the MoE actor at EP 2 (megatron's expert-parallel buffers leave
+    with the others, parallel/offload.py), and the model at PP 2 (a layer per GPU, megatron's all-to-all dispatcher
+    with variable sequence lengths): the engine's log-probs agree with the trainer's each step, the updates move."""
+    root = moe_setup(tmp_path / "setup")
+    offloaded = grpo(root, tmp_path / "offload", "actor.megatron.param_offload=true",
+                     "actor.megatron.grad_offload=true", "actor.megatron.optimizer_offload=true")
+    staged = grpo(root, tmp_path / "pp2", "actor.megatron.expert_model_parallel_size=1",
+                  "actor.megatron.pipeline_model_parallel_size=2")
+    assert len(offloaded) == len(staged) == 4
+    for step in offloaded + staged:
+        assert step["rollout/logprob_mult_error"] < 1.05 and step["actor/grad_norm"] > 0
+    record_gpu_row("moe_gpu.json", {
+        "what": "moe-grpo-offload-and-pp2", "dtype": "bf16", "backend": "sglang",
+        "command": "MEGARL_RESULTS_DIR=$OUT python -m pytest tests/gpu/test_moe_gpu.py",
+        "model_shape": "qwen3_moe: 2 layers, hidden 256, 8 experts (2 per token), expert width 256",
+        "random_init": True,
+        **{f"ep2_offload/{key}": [s[key] for s in offloaded] for key in (
+            "timing_s/step", "timing_s/update_actor", "rollout/logprob_mult_error")},
+        **{f"pp2/{key}": [s[key] for s in staged] for key in (
+            "timing_s/step", "timing_s/update_actor", "rollout/logprob_mult_error")}},
         gpus_used=2)
