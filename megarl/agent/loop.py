@@ -7,7 +7,9 @@ the ids sampled. `loss_mask` is 1 on the model's tokens and 0 on the tool tokens
 no loss, no KL, no entropy and no weight in the log-prob gate. A turn ends at the model's end of turn or at a complete
 call; the trajectory ends on a turn without a call (`answer`), at `max_assistant_turns` (`max_turns`), or when the
 response's budget is spent (`max_tokens`: data.max_response_length, and prompt + response ≤ max_total_tokens); a tool
-message that would leave no room for another turn is not added.
+message that would leave no room for another turn is not added. So a trajectory ends with a model turn, whose request
+held every token before it: with the engine's routing recorded (router replay), that turn's routing covers the
+trajectory's tokens but its last, tool tokens included, as a single-turn response's covers its own.
 
 Every trajectory is a coroutine of its own on the engine's event loop (`RolloutEngine.run_async`), so one
 trajectory's tool calls run while the others generate, in sync and async modes alike.
@@ -114,7 +116,7 @@ class AgentLoop:
         built, stats = Trajectory([], [], []), AgentStats()
         budget = min(self.max_response_length, self.max_total_tokens - len(prompt))
         stops = tuple(params.stop_token_ids) + self.end_of_call_ids
-        finish = "max_tokens"
+        finish, routing = "max_tokens", None
         for turn in range(self.config.max_assistant_turns):
             room = budget - len(built.ids)
             if room <= 0:
@@ -123,6 +125,7 @@ class AgentLoop:
             out = await engine.generate_one(
                 list(prompt) + built.ids, replace(params, max_new_tokens=room, stop_token_ids=stops, seed=seed))
             built.add(out.token_ids, out.logprobs)
+            routing = out.routed_experts
             stats.assistant_turns += 1
             calls = self.parser.parse(self.tokenizer.decode(out.token_ids, skip_special_tokens=False)).calls
             if not calls:
@@ -136,7 +139,7 @@ class AgentLoop:
             if len(built.ids) + len(tool_ids) >= budget:  # no room left for the model to read it and answer
                 break
             built.add(tool_ids)
-        return Response(built.ids, built.logprobs, finish, loss_mask=built.mask, agent=stats)
+        return Response(built.ids, built.logprobs, finish, loss_mask=built.mask, agent=stats, routed_experts=routing)
 
     def _turn_end(self, out: Response) -> str:
         """The text of the end-of-turn token the turn stopped at ('' when it stopped at a call or ran out)."""

@@ -79,7 +79,7 @@ def check_expert_parallel_engine(cfg: MegaRLConfig, problems: list[str], experts
 def check_router_replay(cfg: MegaRLConfig, problems: list[str], hf: dict | None) -> None:
     """`actor.router_replay.mode` (verl's names) against the policy (`hf`, model.path's config; None: unread) and
     what R3 does not handle yet: sequence parallelism (a share of a micro-batch's tokens on each tensor-parallel
-    rank), nor a trajectory of several turns."""
+    rank)."""
     replay = cfg.actor.router_replay
     if replay.mode == "R2":
         problems.append("actor.router_replay.mode=R2 (the trainer's own routing of the old-log-prob pass, replayed in "
@@ -99,6 +99,3 @@ def check_router_replay(cfg: MegaRLConfig, problems: list[str], hf: dict | None)
         problems.append(f"{key} with actor.megatron.transformer_impl=transformer_engine at tensor parallel > 1 "
                         "(sequence parallel: each rank routes a share of the tokens) is not built yet: use "
                         "transformer_impl=local or actor.router_replay.mode=disabled")
-    if cfg.rollout.multi_turn.enable:
-        problems.append(f"{key} with rollout.multi_turn.enable: the agent loop does not carry the routing of a "
-                        "trajectory's turns yet: set one of them off")

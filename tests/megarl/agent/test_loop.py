@@ -5,6 +5,7 @@ counted observations, and trajectories that do not depend on the order they fini
 import time
 
 import pytest
+import torch
 
 from megarl.agent import AgentLoop, Tool, ToolContext, ToolOutput, build_tools
 from megarl.agent.messages import ToolMessages
@@ -38,11 +39,12 @@ def context():
 
 class ScriptedEngine(RolloutEngine):
     """Answers each request with the next of `turns`, log-prob −(its position + 1)/10 per token; records what it
-    was asked to continue."""
+    was asked to continue. `route`: each answer carries a routing (router replay) of every token of the request but
+    its last, all of one MoE layer's single expert numbered by the request."""
 
-    def __init__(self, turns: list[list[int]]):
+    def __init__(self, turns: list[list[int]], route: bool = False):
         super().__init__()
-        self.turns, self.contexts = list(turns), []
+        self.turns, self.contexts, self.route = list(turns), [], route
 
     @classmethod
     def from_config(cls, *args, **kwargs):
@@ -60,7 +62,8 @@ class ScriptedEngine(RolloutEngine):
         turn = self.turns.pop(0)  # each ends at a stop token (a call's end or the end of turn) unless cut
         ids = turn[: params.max_new_tokens]
         logprobs = [-(i + 1) / 10 for i in range(len(ids))]
-        return [[Response(ids, logprobs, "stop" if len(ids) == len(turn) else "length")]]
+        routing = torch.full((len(prompts[0]) + len(ids) - 1, 1, 1), len(self.contexts)) if self.route else None
+        return [[Response(ids, logprobs, "stop" if len(ids) == len(turn) else "length", routed_experts=routing)]]
 
 
 def char_ids(tokenizer, text: str) -> list[int]:
@@ -104,6 +107,20 @@ def test_trained_ids_are_the_engines_ids_across_three_turns(tokenizer, context):
     stats = trajectory.agent
     assert (stats.assistant_turns, stats.tool_calls, stats.tool_errors, stats.tool_timeouts) == (3, 2, 0, 0)
     assert tokenizer.decode(tool_1) == "<tool_response>42</tool_response>"
+
+
+@pytest.mark.parametrize("max_turns", [3, 2])
+def test_a_trajectorys_routing_is_its_last_requests_over_every_token_but_the_last(tokenizer, context, max_turns):
+    """Router replay: the last turn's request held the prompt and every earlier turn and tool message, so its routing
+    covers the trajectory, also one cut off at the turn limit after a call."""
+    turns = [char_ids(tokenizer, call("print(1)")), char_ids(tokenizer, call("print(2)")),
+             char_ids(tokenizer, "#### 2") + [tokenizer.eos_token_id]]
+    engine = ScriptedEngine(turns, route=True)
+    [[trajectory]] = loop_of(tokenizer, context, max_assistant_turns=max_turns).generate(
+        engine, [PROMPT], SamplingParams(max_new_tokens=200))
+    assert len(engine.contexts) == max_turns
+    assert trajectory.routed_experts.shape == (len(PROMPT) + len(trajectory.token_ids) - 1, 1, 1)
+    assert trajectory.routed_experts.unique().tolist() == [max_turns]  # the last request's
 
 
 def test_the_turn_limit_ends_a_trajectory_that_keeps_calling(tokenizer, context):

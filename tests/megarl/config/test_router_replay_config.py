@@ -1,5 +1,5 @@
 """`actor.router_replay.mode` (verl's key and values): refused, with the fix, where R3 cannot run (a dense model,
-sequence parallelism, multi-turn rollouts, verl's R2), accepted on a mixture-of-experts model;
+sequence parallelism, verl's R2), accepted on a mixture-of-experts model;
 verl's recipes convert to it."""
 
 import json
@@ -26,9 +26,11 @@ def problems(*overrides) -> list[str]:
 
 
 @pytest.mark.parametrize("layout", [[], ["actor.megatron.pipeline_model_parallel_size=2"],
-                                    ["actor.megatron.context_parallel_size=2"]])
+                                    ["actor.megatron.context_parallel_size=2"],
+                                    ["rollout.multi_turn.enable=true", "rollout.multi_turn.tools=[python]"]])
 def test_r3_is_accepted_on_a_mixture_of_experts_model(tmp_path, layout):
-    """Also over pipeline stages and context-parallel ranks (tests/megarl/models/test_router_replay.py)."""
+    """Also over pipeline stages and context-parallel ranks (tests/megarl/models/test_router_replay.py), and on
+    multi-turn trajectories (tests/megarl/agent/test_loop.py)."""
     cfg = load_config(overrides=[model(tmp_path), *GRPO, "actor.router_replay.mode=R3", *layout])
     assert cfg.actor.router_replay.replays_rollout
     assert not load_config(overrides=[model(tmp_path), *GRPO]).actor.router_replay.replays_rollout
@@ -45,8 +47,6 @@ def test_r3_on_a_dense_model_is_refused(tmp_path):
     (["actor.router_replay.mode=R2"], "actor.router_replay.mode=R2 (the trainer's own routing of the old-log-prob "
                                       "pass, replayed in the update) is not built: use R3"),
     (["actor.router_replay.mode=r3"], "actor.router_replay.mode='r3' is not one of: disabled, R3"),
-    (["actor.router_replay.mode=R3", "rollout.multi_turn.enable=true", "rollout.multi_turn.tools=[python]"],
-     "actor.router_replay.mode=R3 with rollout.multi_turn.enable: the agent loop does not carry the routing"),
 ])
 def test_what_r3_cannot_do_yet_is_refused_with_the_fix(tmp_path, overrides, problem):
     found = problems(model(tmp_path), *GRPO, *overrides)
