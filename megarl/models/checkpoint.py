@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import logging
 import pickle
-import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -38,12 +37,11 @@ from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
 
 from megarl import rng
+from megarl.models.hf_files import HF_METADATA, copy_hf_metadata
 from megarl.models.lora import is_adapter
 
 logger = logging.getLogger(__name__)
 
-HF_METADATA = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-               "special_tokens_map.json", "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja")
 OPTIMIZER_FORMAT = {"distrib_optim_sharding_type": "dp_reshardable"}
 FIXED_SIZES = ("tensor", "pipeline", "context")  # what the optimizer format cannot reshard
 
@@ -146,14 +144,6 @@ def lora_settings(model) -> dict | None:
         return None
     return {"rank": adapter.rank, "alpha": adapter.alpha, "dropout": adapter.dropout,
             "target_modules": list(model.bridge.adapter_targets)}
-
-
-def copy_hf_metadata(source: str | Path, target: str | Path) -> None:
-    target = Path(target)
-    target.mkdir(parents=True, exist_ok=True)
-    for name in HF_METADATA:
-        if (Path(source) / name).is_file():
-            shutil.copy2(Path(source) / name, target / name)
 
 
 def _read_role(directory: Path) -> dict:

@@ -19,6 +19,7 @@ from safetensors.torch import save_file
 from megarl.config.schema import LoRAConfig, MegatronConfig
 from megarl.models.bridge import load_hf_config
 from megarl.models.checkpoint import CheckpointError, checkpoint_lora, load_model_checkpoint
+from megarl.models.hf_files import replace_hf_checkpoint
 from megarl.models.roles import build_frozen
 from megarl.models.to_hf import hf_converter
 
@@ -29,8 +30,6 @@ def export_lora_checkpoint(checkpoint: str | Path, out: str | Path, adapter_out:
                            base_model: str | Path | None = None) -> None:
     """Write the merged model to `out` and the PEFT adapter to `adapter_out` (one process, tensor and pipeline
     parallel size 1). `base_model` overrides the base directory the checkpoint recorded."""
-    from megarl.models.export import replace_hf_checkpoint
-
     settings, recorded = checkpoint_lora(checkpoint)
     base = Path(base_model or recorded)
     if not (base / "config.json").is_file():

@@ -13,8 +13,7 @@ from typing import Iterable
 
 import torch
 
-from megarl.models.checkpoint import copy_hf_metadata
-from megarl.models.export import write_hf_checkpoint
+from megarl.models.hf_files import copy_hf_metadata, write_hf_checkpoint
 
 
 def write_sequence_classifier(tensors: Iterable[tuple[str, torch.Tensor]], out_dir: str | Path,

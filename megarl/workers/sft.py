@@ -9,8 +9,7 @@ from megatron.core import parallel_state
 from transformers import AutoTokenizer
 
 from megarl.algorithms import token_weights
-from megarl.models.checkpoint import copy_hf_metadata
-from megarl.models.export import write_hf_checkpoint
+from megarl.models.hf_files import copy_hf_metadata, write_hf_checkpoint
 from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
 from megarl.models.roles import build_actor
 from megarl.workers import OneModelWorker, join_mesh

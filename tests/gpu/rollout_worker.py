@@ -18,7 +18,7 @@ from megatron.core import parallel_state
 
 from megarl.config.schema import MegatronConfig, OptimConfig
 from megarl.models.bridge import load_hf_config
-from megarl.models.export import write_hf_checkpoint
+from megarl.models.hf_files import write_hf_checkpoint
 from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
 from megarl.models.packing import pack_sequences
 from megarl.models.roles import build_actor
