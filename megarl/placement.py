@@ -7,7 +7,8 @@ model, the judge and the rollout engines share those processes too, or each gets
 from __future__ import annotations
 
 from megarl.config.schema import MegaRLConfig, RunConfig
-from parallel.controller import Cluster, PoolSpec, resolve_launcher, start_cluster
+from parallel.controller import Cluster, PoolSpec
+from parallel.launcher import resolve_launcher, start_cluster
 
 MAIN_POOL = "main"
 CRITIC_POOL = "critic"

@@ -17,7 +17,7 @@ from megarl.config import ConfigError, RecipeSchema, describe_keys, load_config,
 from megarl.data.dataset import DataError
 from megarl.models.accelerators import transformer_engine_asked, transformer_engine_available
 from megarl.run_lock import RunLock
-from parallel.controller import stop_runtime
+from parallel.launcher import stop_runtime
 from parallel.quiet import accelerators_notice, be_verbose
 from parallel.rank_watch import RankWatch
 

@@ -14,7 +14,8 @@ from megarl.models.tokenizer import load_tokenizer
 from megarl.process_exit import exit_process
 from megarl.recipe_command import run_recipe_command
 from megarl.trainer.scaffold import saved_at_end
-from parallel.controller import WorkerError, resolve_launcher
+from parallel.controller import WorkerError
+from parallel.launcher import resolve_launcher
 
 
 def check_runnable(cfg: SFTConfig) -> None:

@@ -6,6 +6,8 @@ A `Cluster` holds one `WorkerGroup` per resource pool (a set of GPUs: one proces
 collects the results as the method declares (parallel/dispatch.py). The driver calls roles through explicit methods
 built on `call` (megarl/trainer/groups.py), so the RL loop cannot tell the backends apart:
 
+`parallel/launcher.py` starts the cluster on one of two backends:
+
 - Ray (`parallel/ray_backend.py`): a single driver process; worker processes are Ray actors placed by
   placement groups.
 - torchrun (`parallel/spmd_backend.py`): every torchrun process runs the driver code and hosts its rank's
@@ -20,22 +22,15 @@ torchrun a call to the driver's own pool runs at once.
 
 from __future__ import annotations
 
-import os
-import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Concatenate, Generic, ParamSpec, Sequence, TypeVar
+from typing import Any, Callable, Concatenate, Generic, ParamSpec, Sequence, TypeVar
 
 from parallel.dispatch import RankLayout, check_layouts, collect_results, dispatch_inputs, method_spec, wanted_ranks
 
-if TYPE_CHECKING:
-    from parallel.worker import Worker
-
 T = TypeVar("T")
-W = TypeVar("W", bound="Worker")
+W = TypeVar("W")  # a worker class (parallel/worker.py), which the driver reaches only through its handle
 P = ParamSpec("P")
-
-LAUNCHERS = ("auto", "ray", "torchrun")
 
 
 class RecoverableError(RuntimeError):
@@ -199,53 +194,3 @@ class Cluster:
 
     def __exit__(self, *exc) -> None:
         self.shutdown()
-
-
-def stop_runtime() -> None:
-    """End this process's connection to Ray (and a local Ray it started) now rather than at exit, so that nothing
-    Ray prints late comes after the run's last line."""
-    ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized():
-        ray.shutdown()
-
-
-def under_torchrun() -> bool:
-    return "TORCHELASTIC_RUN_ID" in os.environ
-
-
-def resolve_launcher(launcher: str) -> str:
-    if launcher not in LAUNCHERS:
-        raise ValueError(f"unknown launcher {launcher!r}: use one of {LAUNCHERS}")
-    if launcher == "auto":
-        return "torchrun" if under_torchrun() else "ray"
-    return launcher
-
-
-def start_cluster(pools: Sequence[PoolSpec], launcher: str = "auto", timeout_s: float = 600.0) -> Cluster:
-    """Start one worker group per pool. Under torchrun the job's processes are the pools' GPUs, the first pool's
-    first; with more than one pool, the others serve the first's driver code (parallel/served_backend.py), and on
-    their processes this call returns only by ending the process when the run ends."""
-    launcher = resolve_launcher(launcher)
-    if launcher == "torchrun":
-        from parallel.spmd_backend import SpmdWorkerGroup
-
-        if len(pools) > 1:
-            from parallel.served_backend import start_served_cluster
-
-            return start_served_cluster(pools, timeout_s)
-        group = SpmdWorkerGroup(pools[0], timeout_s)
-        return Cluster({pools[0].name: group}, launcher, is_driver=group.rank == 0)
-    try:
-        from parallel.ray_backend import RayWorkerGroup
-    except ImportError as e:
-        raise RuntimeError(
-            f"the Ray launcher needs Ray ({e}): `pip install ray`, or launch with torchrun (launch/torchrun.sh)"
-        ) from e
-    groups: dict[str, WorkerGroup] = {}
-    try:
-        for pool in pools:
-            groups[pool.name] = RayWorkerGroup(pool, timeout_s)
-    except BaseException:
-        Cluster(groups, launcher).shutdown()
-        raise
-    return Cluster(groups, launcher)

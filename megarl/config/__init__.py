@@ -2,7 +2,8 @@
 SFT recipes (`megarl sft`, loaded with `schema=SFT_RECIPE`) and reward-model recipes (`megarl rm`,
 `schema=RM_RECIPE`)."""
 
-from megarl.config.loader import RL_RECIPE, ConfigError, RecipeSchema, describe_keys, load_config, save_config, to_yaml
+from megarl.config.errors import ConfigError
+from megarl.config.loader import RL_RECIPE, RecipeSchema, describe_keys, load_config, save_config, to_yaml
 from megarl.config.schema import (
     ActorConfig,
     AlgorithmConfig,

@@ -17,20 +17,11 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from megarl.config.errors import ConfigError
 from megarl.config.schema import MegaRLConfig
 from megarl.config.verl_keys import Port, port_verl_key
 
 RESOLVED_CONFIG_NAME = "config.yaml"
-
-
-class ConfigError(ValueError):
-    """A recipe or override is wrong; the message says which key and how to fix it."""
-
-    def __init__(self, problems: str | Sequence[str]):
-        self.problems = [problems] if isinstance(problems, str) else list(problems)
-        super().__init__(
-            self.problems[0] if len(self.problems) == 1 else "\n  - ".join(["invalid recipe:", *self.problems])
-        )
 
 
 def _schema_keys(node: DictConfig, prefix: str = "") -> dict[str, str]:
@@ -71,7 +62,7 @@ class RecipeSchema:
 
 
 def _validate_rl(config: MegaRLConfig) -> None:
-    from megarl.config.validate import validate_config  # validate.py imports ConfigError from here
+    from megarl.config.validate import validate_config  # it reads the registries of packages that read the config
 
     validate_config(config)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from megarl.config.loader import ConfigError
+from megarl.config.errors import ConfigError
 from megarl.data.dataset import DataError
 
 

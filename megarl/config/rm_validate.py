@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from megarl.config.loader import ConfigError, RecipeSchema
+from megarl.config.errors import ConfigError
+from megarl.config.loader import RecipeSchema
 from megarl.config.ranges import check_optim
 from megarl.config.rm_schema import RMConfig
 from megarl.config.validate import (

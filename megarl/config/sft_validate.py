@@ -3,7 +3,8 @@ schema that `load_config` loads with them."""
 
 from __future__ import annotations
 
-from megarl.config.loader import ConfigError, RecipeSchema
+from megarl.config.errors import ConfigError
+from megarl.config.loader import RecipeSchema
 from megarl.config.ranges import check_optim
 from megarl.config.sft_schema import SFTConfig
 from megarl.config.validate import (

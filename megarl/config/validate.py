@@ -14,7 +14,7 @@ from megarl.config.lora_checks import check_lora
 from megarl.config.moe_validate import check_experts, check_moe_policy, check_router_replay
 from megarl.config.ranges import check_numeric_ranges, divisors
 from megarl.config.rollout_validate import check_rollout_placement
-from megarl.config.loader import ConfigError
+from megarl.config.errors import ConfigError
 from megarl.config.schema import HEALTH_CHECKS, ROLLOUT_MODES, MegaRLConfig, MegatronConfig, MultiTurnConfig, RunConfig
 from megarl.data.dataset import TRUNCATIONS
 from megarl.models.accelerators import TRANSFORMER_IMPLS, transformer_engine_available
@@ -24,7 +24,7 @@ from megarl.registry import did_you_mean
 from megarl.rewards.code import MODES as CODE_MODES
 from megarl.rollout import ROLLOUT_BACKENDS
 from megarl.sandbox.backends import BACKENDS as SANDBOX_BACKENDS
-from parallel.controller import LAUNCHERS
+from parallel.launcher import LAUNCHERS
 
 LOGGERS = ("console", "tensorboard", "wandb")
 RESUME_MODES = ("auto", "disable", "resume_path")

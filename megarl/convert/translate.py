@@ -10,7 +10,8 @@ from typing import Any, Iterable, Sequence
 
 from omegaconf import OmegaConf
 
-from megarl.config.loader import RL_RECIPE, ConfigError, parse_value
+from megarl.config.errors import ConfigError
+from megarl.config.loader import RL_RECIPE, parse_value
 from megarl.config.verl_keys import MESH, OMIT, NotCarried, VerlRun, port_verl_key, renamed, verl_defaults
 from megarl.convert.recipe_yaml import flow
 

@@ -14,7 +14,8 @@ from megarl.placement import MAIN_POOL, main_pool
 from megarl.trainer.metrics import MetricsLogger, check_loggers
 from megarl.trainer.scaffold import endless, total_steps, validates_at
 from megarl.workers import OneModelWorker
-from parallel.controller import RoleHandle, start_cluster
+from parallel.controller import RoleHandle
+from parallel.launcher import start_cluster
 
 HF_DIR_NAME = "hf"
 

@@ -13,7 +13,8 @@ def main():
     out_dir = sys.argv[1]
     import torch.distributed as dist
 
-    from parallel.controller import PoolSpec, start_cluster
+    from parallel.controller import PoolSpec
+    from parallel.launcher import start_cluster
 
     calls = []
 

@@ -38,7 +38,8 @@ class Driver(Worker):
 
 def main():
     out_dir = sys.argv[1]
-    from parallel.controller import PoolSpec, WorkerError, start_cluster
+    from parallel.controller import PoolSpec, WorkerError
+    from parallel.launcher import start_cluster
 
     with start_cluster([PoolSpec("main", (2,)), PoolSpec("served", (1,))], "torchrun", timeout_s=60) as cluster:
         served = cluster["served"].spawn("served", Served)

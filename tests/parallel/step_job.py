@@ -30,7 +30,8 @@ def main():
         sys.modules["ray"] = None
 
     from parallel.batch import Batch
-    from parallel.controller import PoolSpec, WorkerError, start_cluster
+    from parallel.controller import PoolSpec, WorkerError
+    from parallel.launcher import start_cluster
     from tests.parallel.step_worker import TinyStepWorker
 
     with start_cluster([PoolSpec("main", (2,))], "auto", timeout_s=120) as cluster:

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from parallel.controller import PoolSpec, start_cluster
+from parallel.controller import PoolSpec
+from parallel.launcher import start_cluster
 from parallel.ray_backend import rank_envs
 from tests.helpers import ENV, REPO_ROOT, make_model, run_job
 
