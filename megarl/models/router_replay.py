@@ -17,9 +17,9 @@ import torch
 import torch.distributed as dist
 from megatron.core import parallel_state
 from megatron.core.transformer.moe.router import TopKRouter
+from megatron.core.transformer.moe.router_replay import RouterReplayAction
 from megatron.core.transformer.transformer_config import TransformerConfig
 from megatron.core.utils import get_model_config
-from megatron.core.transformer.moe.router_replay import RouterReplayAction
 
 
 def packed_routing(routing: torch.Tensor | None, length: int, padded: int, top_k: int | None = None) -> torch.Tensor:

@@ -14,12 +14,12 @@ from megarl.columns import (ADVANTAGES, ENTROPYS, OLD_LOG_PROBS, PROMPT_IDS, PTX
                             PTX_RESPONSES, REF_LOG_PROB, RESPONSE_MASK, RESPONSES, ROLLOUT_IS_WEIGHTS, ROLLOUT_RS_MASK,
                             ROUTED_EXPERTS, ROUTING_FLIPS, SEQUENCES, stage)
 from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
-from megarl.models.packing import padded_tokens
+from megarl.models.packing import PackedBatch, padded_tokens
 from megarl.models.roles import build_actor
 from megarl.workers import TrainedWorker, join_mesh
 from megarl.workers.sequences import reference_columns, response_values, sequences
 from megarl.workers.inputs import ActorInputs
-from megarl.workers.updates import pack_groups, pack_mini_batch, ppo_epochs, reduce_metrics
+from megarl.workers.updates import loss_fields, pack_groups, ppo_epochs, reduce_metrics
 from parallel.batch import Batch
 from parallel.dispatch import Collect, Dispatch, worker_method
 from parallel.memory import device_stats
@@ -99,15 +99,8 @@ class ActorWorker(TrainedWorker):
             fields[ROLLOUT_IS_WEIGHTS] = part[ROLLOUT_IS_WEIGHTS]
         # Rejected tokens (rollout correction) leave the loss and its denominators.
         mask = part[RESPONSE_MASK] * part[ROLLOUT_RS_MASK] if ROLLOUT_RS_MASK in part else None
-        one_length = self.model.packs_to_one_length
-        packed, tokens = pack_mini_batch(part, fields, self.inputs.update, device, mask, self._routing(part),
-                                         one_length)
-        if loss.ptx_coef > 0:
-            ptx = self._ptx_micro_batches(part, device, padded_tokens(packed) if one_length else 0)
-            if one_length and padded_tokens(ptx) > padded_tokens(packed):  # one pass: its RL samples padded to them
-                packed, tokens = pack_mini_batch(part, fields, self.inputs.update, device, mask, self._routing(part),
-                                                 one_length, padded_tokens(ptx))
-            packed += ptx
+        fields, tokens = loss_fields(part, fields, self.inputs.update, device, mask)
+        packed = self._pass_batches(part, fields, device)
         policy_loss = POLICY_LOSSES.get(loss.name)
         temperature = self.inputs.temperature
 
@@ -133,6 +126,21 @@ class ActorWorker(TrainedWorker):
             return total, metrics
 
         return reduce_metrics(self.model.train_step(packed, loss_fn))
+
+    def _pass_batches(self, part: Batch, fields: dict[str, torch.Tensor], device) -> list[PackedBatch]:
+        """The update's micro-batches: the RL samples' and, with PPO-ptx, the pretraining samples' after them. Where
+        the model packs a pass to one length, the RL ones are packed again to the pretraining ones' if those are
+        longer: lengths agree over an expert-parallel group's ranks, the one packing collective, so they decide
+        alike."""
+        one_length, seqs = self.model.packs_to_one_length, sequences(part)
+        groups, routing = self.inputs.update.micro.split([len(s) for s in seqs]), self._routing(part)
+        packed = pack_groups(part, seqs, fields, groups, device, routing, one_length)
+        if self.inputs.loss.ptx_coef <= 0:
+            return packed
+        ptx = self._ptx_micro_batches(part, device, padded_tokens(packed) if one_length else 0)
+        if one_length and padded_tokens(ptx) > padded_tokens(packed):
+            packed = pack_groups(part, seqs, fields, groups, device, routing, one_length, padded_tokens(ptx))
+        return packed + ptx
 
     def _ptx_micro_batches(self, part: Batch, device, min_tokens: int) -> list:
         """The mini-batch's pretraining samples (`ptx_*` columns, PPO-ptx) packed like its RL samples (each

@@ -23,35 +23,38 @@ from megarl.workers.inputs import UpdateSchedule
 from parallel.batch import Batch
 
 
-def pack_mini_batch(part: Batch, fields: dict[str, torch.Tensor], update: UpdateSchedule, device,
-                    mask: torch.Tensor | None = None,
-                    routing: list[torch.Tensor] | None = None, one_length: bool = False,
-                    min_tokens: int = 0) -> tuple[list[PackedBatch], float]:
-    """Micro-batches of `part` packed for this context-parallel rank, with token fields `fields` ([B, R] each),
-    `mask` (the response mask, or the given one: fewer tokens in the loss), `weights` (under the update's
-    loss-aggregation mode) and `token_mean` (for metrics); and the mini-batch's global count of loss tokens.
-    `routing`: each sample's routed experts, for the routers to replay (R3). `one_length`: the role's
-    `RoleModel.packs_to_one_length`, each micro-batch then of at least `min_tokens`."""
+def loss_fields(part: Batch, fields: dict[str, torch.Tensor], update: UpdateSchedule, device,
+                mask: torch.Tensor | None = None) -> tuple[dict[str, torch.Tensor], float]:
+    """The token fields of `part`'s update ([B, R] each): `fields`, `mask` (the response mask, or the given one:
+    fewer tokens in the loss), `weights` (under the update's loss-aggregation mode) and `token_mean` (for metrics);
+    and the mini-batch's global count of loss tokens (a collective over the data-parallel group)."""
     mask = part[RESPONSE_MASK] if mask is None else mask
     counts = torch.stack([mask.sum(), (mask.sum(-1) > 0).sum().float()]).to(device)
     dist.all_reduce(counts, group=parallel_state.get_data_parallel_group())
     tokens, sequence_count = counts.tolist()
-    fields = {
+    return {
         **fields, "mask": mask,
         "weights": token_weights(mask, update.loss_agg_mode, tokens, sequence_count, update.loss_scale_factor),
         "token_mean": token_weights(mask, "token-mean", tokens),
-    }
+    }, tokens
+
+
+def pack_mini_batch(part: Batch, fields: dict[str, torch.Tensor], update: UpdateSchedule, device,
+                    one_length: bool = False) -> tuple[list[PackedBatch], float]:
+    """Micro-batches of `part` packed for this context-parallel rank with `loss_fields`, and the mini-batch's global
+    count of loss tokens. `one_length`: the role's `RoleModel.packs_to_one_length`."""
+    fields, tokens = loss_fields(part, fields, update, device)
     seqs = sequences(part)
-    return pack_groups(part, seqs, fields, update.micro.split([len(s) for s in seqs]), device, routing,
-                       one_length, min_tokens), tokens
+    return pack_groups(part, seqs, fields, update.micro.split([len(s) for s in seqs]), device,
+                       one_length=one_length), tokens
 
 
 def pack_groups(part: Batch, seqs: list[torch.Tensor], fields: dict[str, torch.Tensor], groups: list[list[int]],
                 device, routing: list[torch.Tensor] | None = None, one_length: bool = False,
                 min_tokens: int = 0) -> list[PackedBatch]:
     """`part`'s sequences `seqs`, one packed batch per group of indices for this context-parallel rank, with
-    the response `fields` ([B, R] each) as token fields (and `routing` to replay; `one_length` and `min_tokens` as
-    pack_mini_batch)."""
+    the response `fields` ([B, R] each) as token fields, `routing` to replay (R3); `one_length` (the role's
+    `RoleModel.packs_to_one_length`): each batch then of as many tokens, at least `min_tokens`."""
     per_token = {name: at_next_token_positions(part, values) for name, values in fields.items()}
     return pack_micro_batches(seqs, groups, device, per_token, routing, one_length, min_tokens)
 
