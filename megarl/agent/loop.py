@@ -58,17 +58,24 @@ class ToolRuns:
 
 @dataclass
 class Trajectory:
-    """A response being built: ids, log-probs and loss mask of the model's turns and the tool messages between."""
+    """A response being built: ids, log-probs (None where the engine returned none) and loss mask of the model's
+    turns and the tool messages between."""
 
     ids: list[int]
-    logprobs: list[float]
+    logprobs: list[float] | None
     mask: list[int]
 
-    def add(self, ids: Sequence[int], logprobs: Sequence[float] | None = None) -> None:
-        """The model's tokens with their log-probs, or (without) tool tokens."""
+    def add_turn(self, ids: Sequence[int], logprobs: Sequence[float] | None) -> None:
+        """The model's tokens, with their log-probs where its request asked for them."""
+        self._add(ids, logprobs, 1)
+
+    def add_tool(self, ids: Sequence[int]) -> None:
+        self._add(ids, [0.0] * len(ids), 0)
+
+    def _add(self, ids: Sequence[int], logprobs: Sequence[float] | None, trained: int) -> None:
         self.ids += ids
-        self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
-        self.mask += [1 if logprobs is not None else 0] * len(ids)
+        self.logprobs = None if self.logprobs is None or logprobs is None else self.logprobs + list(logprobs)
+        self.mask += [trained] * len(ids)
 
 
 class AgentLoop:
@@ -124,7 +131,7 @@ class AgentLoop:
             seed = None if params.seed is None else params.seed + turn
             out = await engine.generate_one(
                 list(prompt) + built.ids, replace(params, max_new_tokens=room, stop_token_ids=stops, seed=seed))
-            built.add(out.token_ids, out.logprobs)
+            built.add_turn(out.token_ids, out.logprobs)
             routing = out.routed_experts
             stats.assistant_turns += 1
             calls = self.parser.parse(self.tokenizer.decode(out.token_ids, skip_special_tokens=False)).calls
@@ -138,7 +145,7 @@ class AgentLoop:
             tool_ids = self.messages.ids(results, turn_end=self._turn_end(out))
             if len(built.ids) + len(tool_ids) >= budget:  # no room left for the model to read it and answer
                 break
-            built.add(tool_ids)
+            built.add_tool(tool_ids)
         return Response(built.ids, built.logprobs, finish, loss_mask=built.mask, agent=stats, routed_experts=routing)
 
     def _turn_end(self, out: Response) -> str:

@@ -1,6 +1,7 @@
 """Where the rollout engines run, checked against the recipe: beside the actor on its GPUs (each GPU's engine rank
 built from whole training shards), or on a pool of their own (`rollout.enable_resource_pool`), where
-`trainer.staleness` lets generation run ahead of training."""
+`trainer.staleness` lets generation run ahead of training; and what reads the engine's log-probs, against
+`rollout.calculate_log_probs`."""
 
 from __future__ import annotations
 
@@ -52,3 +53,19 @@ def _check_own_pool(cfg: MegaRLConfig, problems: list[str]) -> None:
     if rollout.tensor_model_parallel_size >= 1 and rollout.n_gpus_per_node % rollout.tensor_model_parallel_size:
         problems.append(f"rollout.tensor_model_parallel_size={rollout.tensor_model_parallel_size} must divide "
                         f"rollout.n_gpus_per_node={rollout.n_gpus_per_node} (an engine's GPUs are on one node)")
+
+
+def check_engine_log_probs(cfg: MegaRLConfig, problems: list[str]) -> None:
+    """Without the engine's log-probs nothing may read them."""
+    if cfg.rollout.calculate_log_probs:
+        return
+    readers = []
+    if cfg.rollout.max_logprob_mult_error is not None:
+        readers.append("rollout.max_logprob_mult_error (drop it: null)")
+    if cfg.algorithm.rollout_correction.enabled:
+        readers.append("algorithm.rollout_correction (drop rollout_is, rollout_rs and rollout_token_veto_threshold)")
+    if "logprob_mismatch" in cfg.trainer.health.stop_on:
+        readers.append("trainer.health.stop_on's logprob_mismatch (drop it)")
+    if readers:
+        problems.append("rollout.calculate_log_probs=false leaves the engine's log-probs out, but "
+                        f"{', '.join(readers)} reads them: set rollout.calculate_log_probs=true or change those")

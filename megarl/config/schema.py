@@ -221,6 +221,9 @@ class RolloutConfig:
     # a benchmark's fixed lengths, as random weights give them
     ignore_eos: bool = False
     gpu_memory_utilization: float = 0.5  # the engine's share of GPU memory (SGLang mem_fraction_static)
+    # The engine returns each sampled token's log-prob (verl's key): rollout/logprob_mult_error and rollout correction
+    # read them; false spares the engine that work (docs/rollout.md says what it costs)
+    calculate_log_probs: bool = True
     max_logprob_mult_error: Optional[float] = None  # stop when rollout/logprob_mult_error exceeds it (e.g. 1.05)
     val_kwargs: ValSamplingConfig = field(default_factory=ValSamplingConfig)
     engine_kwargs: Dict[str, Any] = field(default_factory=dict)  # passed to the engine as they are

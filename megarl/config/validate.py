@@ -13,7 +13,7 @@ from megarl.config.judge_validate import check_judge
 from megarl.config.lora_checks import check_lora
 from megarl.config.moe_validate import check_experts, check_moe_policy, check_router_replay
 from megarl.config.ranges import check_numeric_ranges, divisors
-from megarl.config.rollout_validate import check_rollout_placement
+from megarl.config.rollout_validate import check_engine_log_probs, check_rollout_placement
 from megarl.config.errors import ConfigError
 from megarl.config.schema import HEALTH_CHECKS, ROLLOUT_MODES, MegaRLConfig, MegatronConfig, MultiTurnConfig, RunConfig
 from megarl.data.dataset import TRUNCATIONS
@@ -265,6 +265,7 @@ def _check_meshes(cfg: MegaRLConfig, problems: list[str]) -> None:
             problems.append(f"{role}.enable_resource_pool=true needs trainer.launcher=ray (under torchrun only the "
                             "rollout engines may have GPUs of their own)")
     check_rollout_placement(cfg, problems)
+    check_engine_log_probs(cfg, problems)
 
 
 def _check_colocated_mesh(problems: list[str], role: str, megatron: MegatronConfig, actor: MegatronConfig,

@@ -363,9 +363,6 @@ VERL_KEYS: dict[str, Port] = {
     "actor_rollout_ref.ref.use_torch_compile": dropped("megarl chooses what to compile on a GPU itself",
                                                        same_as=True),
     "actor_rollout_ref.model.use_shm": dropped("megarl reads the model from its directory", same_as=False),
-    "actor_rollout_ref.rollout.calculate_log_probs": dropped(
-        "megarl always keeps the engine's log-probs (rollout/logprob_mult_error compares them with the trainer's)",
-        same_as=True),
     "actor_rollout_ref.rollout.multi_stage_wake_up": dropped(
         "megarl's engines always resume their weights first, their KV cache after the sync", same_as=True),
     "actor_rollout_ref.rollout.layered_summon": dropped("an FSDP LoRA setting: megarl merges LoRA weights itself"),

@@ -40,6 +40,7 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()  # besides the tokenizer's end-of-sequence token
     ignore_eos: bool = False
     seed: Optional[int] = None
+    logprobs: bool = True  # the engine returns each sampled token's log-prob (what it costs: docs/rollout.md)
 
     @property
     def greedy(self) -> bool:
@@ -49,15 +50,16 @@ class SamplingParams:
     def for_training(cls, rollout, max_new_tokens: int, seed: Optional[int] = None) -> SamplingParams:
         """From the recipe's `rollout` section."""
         return cls(n=rollout.n, temperature=rollout.temperature, top_p=rollout.top_p, top_k=rollout.top_k,
-                   max_new_tokens=max_new_tokens, ignore_eos=rollout.ignore_eos, seed=seed)
+                   max_new_tokens=max_new_tokens, ignore_eos=rollout.ignore_eos, seed=seed,
+                   logprobs=rollout.calculate_log_probs)
 
     @classmethod
     def for_validation(cls, rollout, max_new_tokens: int, seed: Optional[int] = None) -> SamplingParams:
-        """From `rollout.val_kwargs`: greedy unless it sets do_sample."""
+        """From `rollout.val_kwargs`: greedy unless it sets do_sample; no log-probs (validation scores text)."""
         val = rollout.val_kwargs
         temperature = val.temperature if val.do_sample else 0.0
         return cls(n=val.n, temperature=temperature, top_p=val.top_p, top_k=val.top_k,
-                   max_new_tokens=max_new_tokens, seed=seed)
+                   max_new_tokens=max_new_tokens, seed=seed, logprobs=False)
 
 
 @dataclass
@@ -75,7 +77,9 @@ class AgentStats:
 @dataclass
 class Response:
     token_ids: list[int]
-    logprobs: list[float]  # log p(token) under the sampling temperature, before top-k/top-p truncation; 0 on tool tokens
+    # log p(token) under the sampling temperature, before top-k/top-p truncation; 0 on tool tokens; None where the
+    # request asked for none (SamplingParams.logprobs)
+    logprobs: Optional[list[float]]
     finish_reason: str  # "stop" (end-of-sequence or a stop token, which is kept) | "length"; multi-turn: answer,
     # max_turns or max_tokens
     loss_mask: Optional[list[int]] = None  # multi-turn: 1 on the model's tokens, 0 on tool tokens; None: all the model's

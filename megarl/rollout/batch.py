@@ -2,8 +2,9 @@
 
 A prompt batch carries `prompt_ids` (token lists) and the dataset's fields, plus a `uid` per prompt. After
 generation each prompt appears `n` times in a row (its group, for GRPO-style estimators) with `responses`
-[B, R] (right-padded), `response_mask` [B, R] and `rollout_log_probs` [B, R], and `finish_reason`. Training-side
-columns (the model passes' inputs and outputs) are megarl/workers/sequences.py's.
+[B, R] (right-padded), `response_mask` [B, R], `rollout_log_probs` [B, R] (where the engine returned them:
+rollout.calculate_log_probs) and `finish_reason`. Training-side columns (the model passes' inputs and outputs) are
+megarl/workers/sequences.py's.
 """
 
 from __future__ import annotations
@@ -35,6 +36,19 @@ def prompt_batch(items: dict[str, list], first_uid: int = 0) -> Batch:
     return Batch(fields={**items, UID: [f"{first_uid + i}" for i in range(count)]})
 
 
+def engine_log_probs(responses: Sequence[Response], width: int) -> torch.Tensor | None:
+    """The responses' log-probs [B, width] (right-padded with 0), or None where the requests asked for none."""
+    rows = [response.logprobs for response in responses]
+    if all(row is None for row in rows):
+        return None
+    logprobs = torch.zeros(len(rows), width)
+    for i, row in enumerate(rows):
+        if row is None:
+            raise ValueError("some responses carry the engine's log-probs and some do not: one batch asks alike")
+        logprobs[i, : len(row)] = torch.tensor(row, dtype=torch.float32)
+    return logprobs
+
+
 def with_responses(prompts: Batch, responses: Sequence[Sequence[Response]], width: int | None = None) -> Batch:
     """`prompts` repeated once per response (a prompt's responses adjacent), with the responses as columns
     padded to `width` (default: the longest response). Engines that fill one batch must agree on the width."""
@@ -51,16 +65,17 @@ def with_responses(prompts: Batch, responses: Sequence[Sequence[Response]], widt
         raise ValueError(f"a response of {longest} tokens does not fit the width {width}")
     tokens = torch.zeros(len(flat), width, dtype=torch.long)
     mask = torch.zeros(len(flat), width)
-    logprobs = torch.zeros(len(flat), width)
     for i, response in enumerate(flat):
         length = len(response.token_ids)
         tokens[i, :length] = torch.tensor(response.token_ids, dtype=torch.long)
         mask[i, :length] = 1.0 if response.loss_mask is None else torch.tensor(response.loss_mask, dtype=torch.float32)
-        logprobs[i, :length] = torch.tensor(response.logprobs, dtype=torch.float32)
+    tensors = {RESPONSES: tokens, RESPONSE_MASK: mask}
+    logprobs = engine_log_probs(flat, width)
+    if logprobs is not None:
+        tensors[ROLLOUT_LOG_PROBS] = logprobs
     fields: dict[str, list] = {FINISH_REASON: [r.finish_reason for r in flat]}
     if flat and flat[0].agent is not None:
         fields[AGENT_STATS] = [r.agent for r in flat]
     if flat and flat[0].routed_experts is not None:
         fields[ROUTED_EXPERTS] = [r.routed_experts for r in flat]
-    columns = Batch({RESPONSES: tokens, RESPONSE_MASK: mask, ROLLOUT_LOG_PROBS: logprobs}, fields)
-    return prompts.repeat(n.pop()).union(columns)
+    return prompts.repeat(n.pop()).union(Batch(tensors, fields))

@@ -288,28 +288,29 @@ class SGLangEngine(RolloutEngine):
         if not self.is_owner:
             raise RuntimeError("generate runs on the engine's first rank")
         self.memory.check_can_generate()
-        sampling = self._sampling(params)
+        sampling, request = self._sampling(params), self._request(params)
         seeded = params.seed is not None and self.deterministic
         if on_response is not None:
-            responses = self._generate_each(prompts, params.n, sampling, params.seed if seeded else None, on_response)
+            responses = self._generate_each(prompts, params.n, sampling, request,
+                                            params.seed if seeded else None, on_response)
         elif seeded:  # per-sample seeds
             requests = [list(p) for p in prompts for _ in range(params.n)]
             per_request = [{**sampling, "sampling_seed": params.seed + i} for i in range(len(requests))]
             with self._engine_call():
-                outputs = self.engine.generate(input_ids=requests, sampling_params=per_request, return_logprob=True,
-                                               **self._routing_request())
+                outputs = self.engine.generate(input_ids=requests, sampling_params=per_request, **request)
             responses = [_response(out, self.routing_shape) for out in outputs]
         else:
             with self._engine_call():
                 outputs = self.engine.generate(input_ids=[list(p) for p in prompts],
-                                               sampling_params={**sampling, "n": params.n}, return_logprob=True,
-                                               **self._routing_request())
+                                               sampling_params={**sampling, "n": params.n}, **request)
             responses = [_response(out, self.routing_shape) for out in outputs]
         return [responses[i * params.n : (i + 1) * params.n] for i in range(len(prompts))]
 
-    def _routing_request(self) -> dict[str, Any]:
-        """A request's arguments for its routed experts over the whole sequence (start 0: the prompt's too)."""
-        return {"return_routed_experts": True} if self.routing_shape is not None else {}
+    def _request(self, params: SamplingParams) -> dict[str, Any]:
+        """A request's arguments beyond its tokens and sampling: the sampled tokens' log-probs where asked for, and
+        with router replay the routed experts over the whole sequence (start 0: the prompt's too)."""
+        return {"return_logprob": params.logprobs,
+                **({"return_routed_experts": True} if self.routing_shape is not None else {})}
 
     @staticmethod
     def _sampling(params: SamplingParams) -> dict[str, Any]:
@@ -318,14 +319,14 @@ class SGLangEngine(RolloutEngine):
                 "max_new_tokens": params.max_new_tokens, "stop_token_ids": list(params.stop_token_ids),
                 "ignore_eos": params.ignore_eos, "no_stop_trim": True, "skip_special_tokens": False}
 
-    def _generate_each(self, prompts: Sequence[Sequence[int]], n: int, sampling: dict, seed: int | None,
-                       on_response: OnResponse) -> list[Response]:
+    def _generate_each(self, prompts: Sequence[Sequence[int]], n: int, sampling: dict, request: dict,
+                       seed: int | None, on_response: OnResponse) -> list[Response]:
         """Every response as a request of its own through the engine's asynchronous API, in prompt-major order."""
 
         async def one(i: int, k: int) -> Response:
             per_request = sampling if seed is None else {**sampling, "sampling_seed": seed + i * n + k}
             output = await self.engine.async_generate(input_ids=list(prompts[i]), sampling_params=per_request,
-                                                      return_logprob=True, **self._routing_request())
+                                                      **request)
             response = _response(output, self.routing_shape)
             on_response(i, k, response)
             return response
@@ -348,7 +349,7 @@ class SGLangEngine(RolloutEngine):
         sampling = {**self._sampling(params), **({"sampling_seed": params.seed} if self.deterministic
                                                  and params.seed is not None else {})}
         output = await self.engine.async_generate(input_ids=list(prompt), sampling_params=sampling,
-                                                  return_logprob=True, **self._routing_request())
+                                                  **self._request(params))
         return _response(output, self.routing_shape)
 
     def next_token_logprobs(self, prompts: Sequence[Sequence[int]], token_ids: Sequence[int]) -> list[list[float]]:
@@ -394,7 +395,8 @@ def _response(output: dict, routing_shape: tuple[int, int] | None = None) -> Res
     if reason not in ("stop", "length"):
         raise RuntimeError(f"SGLang aborted a request: {meta['finish_reason']}")
     routed = None if routing_shape is None else decode_sglang_routing(meta, routing_shape)
-    return Response(list(output["output_ids"]), [lp for lp, _, _ in meta["output_token_logprobs"]], reason,
+    logprobs = meta.get("output_token_logprobs")
+    return Response(list(output["output_ids"]), None if logprobs is None else [lp for lp, _, _ in logprobs], reason,
                     routed_experts=routed)
 
 

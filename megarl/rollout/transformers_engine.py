@@ -126,12 +126,14 @@ class TransformersEngine(RolloutEngine):
                 if not params.greedy:
                     logits = logits / params.temperature
                 logprobs = torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-                responses = [_response(t.tolist(), lp.tolist(), stops) for t, lp in zip(tokens, logprobs)]
+                responses = [_response(t.tolist(), lp.tolist() if params.logprobs else None, stops)
+                             for t, lp in zip(tokens, logprobs)]
                 if self.record_routing:
                     responses = [replace(r, routed_experts=self.routed_experts([*prompt, *r.token_ids]))
                                  for r in responses]
                 if params.greedy:  # HF samples one greedy sequence; SGLang returns n equal ones
-                    responses = [replace(r, token_ids=list(r.token_ids), logprobs=list(r.logprobs))
+                    responses = [replace(r, token_ids=list(r.token_ids),
+                                         logprobs=None if r.logprobs is None else list(r.logprobs))
                                  for r in responses for _ in range(params.n)]
                 results.append(responses)
                 for k, response in enumerate(responses if on_response is not None else ()):
@@ -168,8 +170,8 @@ def _assemble(slices: list[torch.Tensor], dim) -> torch.Tensor:
     return slices[0] if dim is None else torch.cat(slices, dim=dim)
 
 
-def _response(tokens: list[int], logprobs: list[float], stops: set[int]) -> Response:
+def _response(tokens: list[int], logprobs: list[float] | None, stops: set[int]) -> Response:
     for end, token in enumerate(tokens):
         if token in stops:
-            return Response(tokens[: end + 1], logprobs[: end + 1], "stop")
+            return Response(tokens[: end + 1], None if logprobs is None else logprobs[: end + 1], "stop")
     return Response(tokens, logprobs, "length")

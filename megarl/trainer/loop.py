@@ -60,6 +60,7 @@ class RLStep:
         self.roles, self.sample, self.kl_controller, self.pretraining = roles, sample, kl_controller, pretraining
         self.algorithm = cfg.algorithm
         self.max_logprob_mult_error = cfg.rollout.max_logprob_mult_error
+        self.engine_log_probs = cfg.rollout.calculate_log_probs
         self.critic_warmup = cfg.trainer.critic_warmup
         self.windows: Windows = {}  # the last step's phases (wall clock), for its timeline
 
@@ -74,7 +75,7 @@ class RLStep:
         roles.weights.release(phase)
         with phase("old_log_prob"):
             batch = batch.union(roles.actor.compute_log_prob(batch))
-        gate = stages.logprob_gate(batch, self.max_logprob_mult_error)
+        gate = stages.logprob_gate(batch, self.max_logprob_mult_error) if self.engine_log_probs else {}
         if self.algorithm.rollout_correction.enabled:
             corrected, correction_metrics = stages.correct_rollout(batch, self.algorithm.rollout_correction)
             batch, gate = batch.union(corrected), {**gate, **correction_metrics}

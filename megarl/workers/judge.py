@@ -63,7 +63,8 @@ class Judge:
         self.word_ids = word_token_ids(tokenizer, self.parser.words) if self.parser.words else []
         sampling = judge.sampling
         self.params = SamplingParams(n=1, temperature=sampling.temperature, top_p=sampling.top_p,
-                                     top_k=sampling.top_k, max_new_tokens=sampling.max_new_tokens, seed=seed)
+                                     top_k=sampling.top_k, max_new_tokens=sampling.max_new_tokens, seed=seed,
+                                     logprobs=False)
 
     def render(self, raw_prompt, response_ids: Sequence[int], truth, extra: dict | None) -> str:
         """What the judge reads for a response: the template filled, as a user turn of the judge's chat template,

@@ -109,9 +109,9 @@ class RolloutWorker(Worker):
         self.engine.stop_profile()
 
     @worker_method(Dispatch.DP_SPLIT, Collect.DP_LEADERS)
-    @stage(reads=(PROMPT_IDS,), writes=(RESPONSES, RESPONSE_MASK, ROLLOUT_LOG_PROBS, FINISH_REASON),
+    @stage(reads=(PROMPT_IDS,), writes=(RESPONSES, RESPONSE_MASK, FINISH_REASON),
            reads_if_present=(DATA_SOURCE, REWARD_MODEL, EXTRA_INFO, RAW_PROMPT),
-           may_write=(REWARD_OUTCOME, AGENT_STATS, *JUDGED, JUDGE_AFTER_GEN_S, ROUTED_EXPERTS))
+           may_write=(ROLLOUT_LOG_PROBS, REWARD_OUTCOME, AGENT_STATS, *JUDGED, JUDGE_AFTER_GEN_S, ROUTED_EXPERTS))
     def generate(self, prompts: Batch, validate: bool = False, greedy: bool = False,
                  seed: int | None = None) -> Batch | None:
         """Responses to this engine's share of `prompts` (`prompt_ids` column): rollout.n each, the validation
@@ -122,7 +122,7 @@ class RolloutWorker(Worker):
         # Engines sample different prompts; distinct seeds keep their random streams apart too.
         seed = None if seed is None else seed + 100_003 * self.placement.slot.engine
         if greedy:
-            params = SamplingParams(n=1, temperature=0.0, max_new_tokens=max_new)
+            params = SamplingParams(n=1, temperature=0.0, max_new_tokens=max_new, logprobs=False)
         else:
             make = SamplingParams.for_validation if validate else SamplingParams.for_training
             params = make(self.inputs.rollout, max_new, seed=seed)

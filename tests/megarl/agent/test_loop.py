@@ -3,6 +3,7 @@ engine: ids in equal ids out across turns, the loss mask, each way a trajectory 
 counted observations, and trajectories that do not depend on the order they finish in."""
 
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -38,7 +39,8 @@ def context():
 
 
 class ScriptedEngine(RolloutEngine):
-    """Answers each request with the next of `turns`, log-prob −(its position + 1)/10 per token; records what it
+    """Answers each request with the next of `turns`, log-prob −(its position + 1)/10 per token (where the request
+    asks for log-probs); records what it
     was asked to continue. `route`: each answer carries a routing (router replay) of every token of the request but
     its last, all of one MoE layer's single expert numbered by the request."""
 
@@ -61,7 +63,7 @@ class ScriptedEngine(RolloutEngine):
         self.contexts.append(list(prompts[0]))
         turn = self.turns.pop(0)  # each ends at a stop token (a call's end or the end of turn) unless cut
         ids = turn[: params.max_new_tokens]
-        logprobs = [-(i + 1) / 10 for i in range(len(ids))]
+        logprobs = [-(i + 1) / 10 for i in range(len(ids))] if params.logprobs else None
         routing = torch.full((len(prompts[0]) + len(ids) - 1, 1, 1), len(self.contexts)) if self.route else None
         return [[Response(ids, logprobs, "stop" if len(ids) == len(turn) else "length", routed_experts=routing)]]
 
@@ -107,6 +109,16 @@ def test_trained_ids_are_the_engines_ids_across_three_turns(tokenizer, context):
     stats = trajectory.agent
     assert (stats.assistant_turns, stats.tool_calls, stats.tool_errors, stats.tool_timeouts) == (3, 2, 0, 0)
     assert tokenizer.decode(tool_1) == "<tool_response>42</tool_response>"
+
+
+def test_turns_without_log_probs_make_a_trajectory_without_them_and_the_same_mask(tokenizer, context):
+    turns = [char_ids(tokenizer, call("print(6*7)")), char_ids(tokenizer, "#### 42") + [tokenizer.eos_token_id]]
+    params = SamplingParams(max_new_tokens=200)
+    [[asked]] = loop_of(tokenizer, context).generate(ScriptedEngine([list(t) for t in turns]), [PROMPT], params)
+    [[unasked]] = loop_of(tokenizer, context).generate(ScriptedEngine([list(t) for t in turns]), [PROMPT],
+                                                       replace(params, logprobs=False))
+    assert (unasked.token_ids, unasked.loss_mask) == (asked.token_ids, asked.loss_mask)
+    assert unasked.logprobs is None and len(asked.logprobs) == len(asked.token_ids)
 
 
 @pytest.mark.parametrize("max_turns", [3, 2])

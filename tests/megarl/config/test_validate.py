@@ -266,6 +266,17 @@ def test_rollout_correction_levels_and_bounds():
     assert (correction.rollout_correction.rs_upper, correction.rollout_correction.rs_lower) == (4.0, 0.25)
 
 
+def test_without_the_engines_log_probs_nothing_may_read_them():
+    off = "rollout.calculate_log_probs=false"
+    assert not load_config(overrides=[off]).rollout.calculate_log_probs
+    found = one_problem(off, "rollout.max_logprob_mult_error=1.05", "algorithm.rollout_correction.rollout_is=token",
+                        "trainer.health.stop_on=[logprob_mismatch]")
+    assert found.startswith("rollout.calculate_log_probs=false leaves the engine's log-probs out, but ")
+    for reader in ("rollout.max_logprob_mult_error", "algorithm.rollout_correction", "logprob_mismatch"):
+        assert reader in found
+    load_config(overrides=["rollout.max_logprob_mult_error=1.05", "trainer.health.stop_on=[logprob_mismatch]"])
+
+
 def test_ptx_needs_both_its_coefficient_and_its_data():
     assert one_problem("actor.ptx_coef=1.0").startswith("actor.ptx_coef=1.0 needs pretraining data")
     assert "leaves it unused" in one_problem("data.ptx_files=[text.parquet]")

@@ -22,6 +22,14 @@ def test_response_groups_must_match_the_prompts():
         with_responses(prompts, [[Response([3], [0.0], "stop")], []])
 
 
+def test_responses_without_the_engines_log_probs_have_no_log_prob_column():
+    prompts = prompt_batch({"prompt_ids": [[1, 2]]})
+    batch = with_responses(prompts, [[Response([3], None, "stop"), Response([4, 5], None, "length")]], width=3)
+    assert "rollout_log_probs" not in batch and batch["response_mask"].sum().item() == 3
+    with pytest.raises(ValueError, match="some responses carry the engine's log-probs and some do not"):
+        with_responses(prompts, [[Response([3], [-0.5], "stop"), Response([4], None, "stop")]])
+
+
 def test_responses_pad_to_a_common_width():
     prompts = prompt_batch({"prompt_ids": [[1, 2]]})
     batch = with_responses(prompts, [[Response([3], [0.0], "stop"), Response([4, 5], [0.0, 0.0], "stop")]], width=4)

@@ -1,6 +1,8 @@
 """The transformers rollout engine in one process: sampling parameters, stop tokens, log-prob semantics and the
 memory release/resume protocol."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -43,6 +45,14 @@ def test_sampling_follows_the_seed(engine):
     tokens = lambda out: [[r.token_ids for r in rs] for rs in out]  # noqa: E731
     assert tokens(a) == tokens(b) != tokens(c)
     assert len({tuple(r.token_ids) for r in a[0]}) > 1  # n samples differ from one another
+
+
+def test_a_request_without_log_probs_gets_the_same_tokens_and_none(engine):
+    params = SamplingParams(n=2, temperature=1.0, max_new_tokens=5, seed=7, ignore_eos=True)
+    asked, unasked = engine.generate(PROMPTS, params), engine.generate(PROMPTS, replace(params, logprobs=False))
+    assert [[r.token_ids for r in rs] for rs in asked] == [[r.token_ids for r in rs] for rs in unasked]
+    assert all(len(r.logprobs) == 5 for rs in asked for r in rs)
+    assert all(r.logprobs is None for rs in unasked for r in rs)
 
 
 def test_stop_tokens_end_a_response_and_are_kept(engine):

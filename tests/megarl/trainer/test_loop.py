@@ -140,7 +140,8 @@ def test_grpo_rewarded_by_a_reward_model_alone_on_gpus_of_its_own(setup, tmp_pat
     """reward.rule_weight=0: the reward model's scores are the rewards; the rules still grade (rule_score). The
     reward model runs in a pool of its own (one process beside the actor's one: a local Ray has the machine's two
     cores) and has a tokenizer of its own, so it scores each prompt + response re-encoded: its scores equal
-    transformers' on the re-encoded text."""
+    transformers' on the re-encoded text. The engine is asked for no log-probs (rollout.calculate_log_probs=false):
+    the step trains without them, and neither the gate's metrics nor the samples' column appear."""
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -150,16 +151,21 @@ def test_grpo_rewarded_by_a_reward_model_alone_on_gpus_of_its_own(setup, tmp_pat
                         *overrides(setup, out, "algorithm.adv_estimator=grpo", f"reward.model.path={reward_model}",
                                    "reward.rule_weight=0", "reward.model.weight=2.0",
                                    "reward.model.enable_resource_pool=true", "reward.model.n_gpus_per_node=1",
-                                   "trainer.n_gpus_per_node=1", "trainer.log_samples=-1")], timeout=480)
+                                   "trainer.n_gpus_per_node=1", "trainer.log_samples=-1",
+                                   "rollout.calculate_log_probs=false", "rollout.max_logprob_mult_error=null")],
+                       timeout=480)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-5000:]
     assert "pool main: 1 node × 1 GPUs, one process per GPU hosting actor, rollout" in proc.stdout
     assert "pool reward_model: 1 node × 1 GPUs, one process per GPU hosting reward_model" in proc.stdout
     assert "reward model: it reads text differently from the policy" in proc.stdout
     steps = read_metrics(out)
-    assert COMMON | {"reward/model_score/mean", "reward/rule_score/mean", "timing_s/reward_model"} <= steps[0].keys()
+    without_gate = COMMON - {"rollout/logprob_mult_error"}
+    assert without_gate | {"reward/model_score/mean", "reward/rule_score/mean", "timing_s/reward_model"} <= steps[0].keys()
+    assert not [key for step in steps for key in step if key.startswith("rollout/logprob")]
     for step in steps:
         assert step["critic/score/mean"] == pytest.approx(2.0 * step["reward/model_score/mean"], abs=1e-5)
     records = read_samples(out / "samples" / "train" / "1.jsonl")
+    assert all("rollout_log_probs" not in r and "old_log_probs" in r for r in records)
     assert all(r["score"] == pytest.approx(2.0 * r["rm_score"], abs=1e-5) for r in records)
     assert len({round(r["rm_score"], 5) for r in records}) > 1  # scored per response
     judge = AutoTokenizer.from_pretrained(reward_model)
