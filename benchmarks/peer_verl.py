@@ -71,6 +71,7 @@ def verl_overrides(cfg, model: Path, data: Path, steps: int) -> list[str]:
         f"actor_rollout_ref.rollout.name={rollout.name}", f"actor_rollout_ref.rollout.n={rollout.n}",
         f"actor_rollout_ref.rollout.tensor_model_parallel_size={rollout.tensor_model_parallel_size}",
         f"actor_rollout_ref.rollout.gpu_memory_utilization={rollout.gpu_memory_utilization}",
+        f"actor_rollout_ref.rollout.calculate_log_probs={str(rollout.calculate_log_probs).lower()}",
         *[f"+actor_rollout_ref.rollout.engine_kwargs.sglang.{k}={v}" for k, v in ENGINE.items()],
         f"+actor_rollout_ref.rollout.engine_kwargs.sglang.preferred_sampling_params='{sampling}'",
         *[f"critic.{key}" for key in model_keys], f"+critic.{sdpa}", f"critic.optim.lr={critic.optim.lr}",
