@@ -112,7 +112,7 @@ class TransformersEngine(RolloutEngine):
             do_sample=not params.greedy, num_return_sequences=1 if params.greedy else params.n,
             temperature=None if params.greedy else params.temperature, top_p=None if params.greedy else params.top_p,
             top_k=None if params.greedy else max(params.top_k, 0), eos_token_id=sorted(stops) or None,
-            pad_token_id=0, output_logits=True, return_dict_in_generate=True,
+            pad_token_id=0, output_logits=params.logprobs, return_dict_in_generate=True,
         )
         results = []
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
@@ -122,12 +122,8 @@ class TransformersEngine(RolloutEngine):
                 ids = torch.tensor([list(prompt)], device=self.device)
                 out = self.model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config)
                 tokens = out.sequences[:, ids.shape[1]:]
-                logits = torch.stack(out.logits, dim=1).float()
-                if not params.greedy:
-                    logits = logits / params.temperature
-                logprobs = torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-                responses = [_response(t.tolist(), lp.tolist() if params.logprobs else None, stops)
-                             for t, lp in zip(tokens, logprobs)]
+                rows = _sampled_logprobs(out.logits, tokens, params) if params.logprobs else [None] * len(tokens)
+                responses = [_response(t.tolist(), row, stops) for t, row in zip(tokens, rows)]
                 if self.record_routing:
                     responses = [replace(r, routed_experts=self.routed_experts([*prompt, *r.token_ids]))
                                  for r in responses]
@@ -168,6 +164,15 @@ class TransformersEngine(RolloutEngine):
 
 def _assemble(slices: list[torch.Tensor], dim) -> torch.Tensor:
     return slices[0] if dim is None else torch.cat(slices, dim=dim)
+
+
+def _sampled_logprobs(logits: Sequence[torch.Tensor], tokens: torch.Tensor,
+                      params: SamplingParams) -> list[list[float]]:
+    """Each sampled token's log-prob under the sampling temperature, before top-k/top-p (SGLang's definition)."""
+    scaled = torch.stack(list(logits), dim=1).float()
+    if not params.greedy:
+        scaled = scaled / params.temperature
+    return torch.log_softmax(scaled, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1).tolist()
 
 
 def _response(tokens: list[int], logprobs: list[float] | None, stops: set[int]) -> Response:
