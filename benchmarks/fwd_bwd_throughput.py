@@ -20,6 +20,8 @@ from megarl.models.shapes import SHAPES, write_random_checkpoint
 from megarl.plan.shape import ModelShape
 
 H200_BF16_PEAK = 989e12
+BACKENDS = {"local": "megatron-core local spec + SDPAttention",
+            "transformer_engine": "megatron-core Transformer Engine spec"}
 
 
 def profile(step, label: str) -> None:
@@ -74,7 +76,7 @@ def timed(step, iters: int, label: str, with_profile: bool, warmup: int = 3) -> 
     return statistics.median(times)
 
 
-def megarl_step_time(model_dir, sequences, iters, with_profile, with_syncs=False):
+def megarl_step_time(model_dir, sequences, iters, with_profile, with_syncs=False, transformer_impl="local"):
     from megarl.config.schema import MegatronConfig, OptimConfig
     from megarl.models.logprobs import vocab_parallel_logprobs_and_entropy
     from megarl.models.packing import pack_sequences
@@ -84,7 +86,8 @@ def megarl_step_time(model_dir, sequences, iters, with_profile, with_syncs=False
     cpu_compat.enable()  # where this machine has no GPU, megatron runs through the CPU shim
     topology.init_distributed()
     topology.init_model_parallel()
-    actor = build_actor(model_dir, MegatronConfig(), OptimConfig(lr=1e-6), total_steps=100, bf16=True)
+    actor = build_actor(model_dir, MegatronConfig(transformer_impl=transformer_impl), OptimConfig(lr=1e-6), total_steps=100,
+                        bf16=True)
     batches = [pack_sequences(sequences, device=actor.device)]
     tokens = sum(len(s) - 1 for s in sequences)
 
@@ -129,6 +132,8 @@ def main():
     parser.add_argument("--machine", default="nvidia-h200")
     parser.add_argument("--profile", action="store_true", help="print the top CUDA kernels of each backend")
     parser.add_argument("--find-syncs", action="store_true", help="print where megarl's step synchronises")
+    parser.add_argument("--transformer-impl", choices=("local", "transformer_engine"), default="local",
+                        help="megarl's layers: megatron-core's local spec or Transformer Engine's")
     args = parser.parse_args()
     model_dir = write_random_checkpoint(args.shape, tempfile.mkdtemp() + "/model", dtype=torch.bfloat16)
     generator = torch.Generator().manual_seed(0)
@@ -140,7 +145,8 @@ def main():
 
     hf_seconds, hf_peak = hf_step_time(model_dir, sequences, args.iters, args.profile)
     torch.cuda.empty_cache()
-    megarl_seconds, megarl_peak = megarl_step_time(model_dir, sequences, args.iters, args.profile, args.find_syncs)
+    megarl_seconds, megarl_peak = megarl_step_time(model_dir, sequences, args.iters, args.profile, args.find_syncs,
+                                                   args.transformer_impl)
 
     def figures(seconds, peak):
         rate = tokens / seconds
@@ -150,9 +156,9 @@ def main():
     row = {
         "date": datetime.date.today().isoformat(), "commit": args.commit, "machine": args.machine,
         "command": f"python benchmarks/fwd_bwd_throughput.py --shape {args.shape} --batch {args.batch} "
-                   f"--seq-len {args.seq_len} --iters {args.iters}",
+                   f"--seq-len {args.seq_len} --iters {args.iters} --transformer-impl {args.transformer_impl}",
         "what": "train-step", "model_shape": args.shape, "dtype": "bf16", "tp": 1, "pp": 1, "cp": 1, "dp": 1,
-        "batch_size": args.batch, "seq_len": args.seq_len, "backend": "megatron-core local spec + SDPAttention",
+        "batch_size": args.batch, "seq_len": args.seq_len, "backend": BACKENDS[args.transformer_impl],
         **figures(megarl_seconds, megarl_peak),
         "baseline": {"backend": "hf-transformers sdpa + fused AdamW", **figures(hf_seconds, hf_peak)},
     }

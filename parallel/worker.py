@@ -45,14 +45,14 @@ class Worker:
         return memory.peaks(windows)
 
     @worker_method(collect=Collect.ALL)
-    def start_profile(self) -> None:
-        """Record this process (every role it hosts) with torch's profiler until `stop_profile`."""
-        profiler.start()
+    def start_profile(self, tool: str) -> None:
+        """Record this process (every role it hosts) with `tool` (parallel/profiler.py) until `stop_profile`."""
+        profiler.start(tool)
 
     @worker_method(collect=Collect.ALL)
-    def stop_profile(self, directory: str) -> str:
-        """Write this process's recording to `directory`/rank_NNNNN.json; returns the file."""
-        return profiler.stop(os.path.join(directory, f"rank_{dist.get_rank():05d}.json"))
+    def stop_profile(self, directory: str) -> str | None:
+        """Write this process's recording to `directory`; returns the file (None: nothing recorded here)."""
+        return profiler.stop(directory, dist.get_rank())
 
 
 def to_cpu(value: Any) -> Any:

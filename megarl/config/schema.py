@@ -472,9 +472,13 @@ class TrainerConfig(RunConfig):
     log_samples: int = 4
     rollout_data_dir: Optional[str] = None
     validation_data_dir: Optional[str] = None
-    # Steps recorded with torch's profiler: a Chrome trace per worker process and the step's phase timeline in
-    # {output_dir}/profile/step_k/ (megarl/trainer/profiling.py). Empty: none.
+    # Steps recorded with a profiler, in {output_dir}/profile/step_k/ with the step's phase timeline
+    # (megarl/trainer/profiling.py). Empty: none.
     profile_steps: List[int] = field(default_factory=list)
+    # torch: a Chrome trace per worker process (ops, kernels, role calls); torch_memory: a snapshot per worker
+    # process of the CUDA caching allocator's history and segments (https://pytorch.org/memory_viz;
+    # benchmarks/memory_snapshot.py). verl's global_profiler.tool.
+    profile_tool: str = "torch"
 
     @property
     def samples_logged(self) -> bool:

@@ -25,6 +25,7 @@ from megarl.rewards.code import MODES as CODE_MODES
 from megarl.rollout import ROLLOUT_BACKENDS
 from megarl.sandbox.backends import BACKENDS as SANDBOX_BACKENDS
 from parallel.launcher import LAUNCHERS
+from parallel.profiler import PROFILE_TOOLS
 
 LOGGERS = ("console", "tensorboard", "wandb")
 RESUME_MODES = ("auto", "disable", "resume_path")
@@ -58,6 +59,7 @@ def check_choice(problems: list[str], key: str, value, choices) -> None:
 
 def _check_choices(cfg: MegaRLConfig, problems: list[str]) -> None:
     check_choice(problems, "data.truncation", cfg.data.truncation, TRUNCATIONS)
+    check_choice(problems, "trainer.profile_tool", cfg.trainer.profile_tool, PROFILE_TOOLS)
     check_choice(problems, "algorithm.adv_estimator", cfg.algorithm.adv_estimator, ADV_ESTIMATORS.names())
     check_choice(problems, "algorithm.kl_penalty", cfg.algorithm.kl_penalty, KL_ESTIMATORS.names())
     check_choice(problems, "algorithm.kl_ctrl.type", cfg.algorithm.kl_ctrl.type, ("fixed", "adaptive"))

@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping
 
 from megarl.config.lora_checks import HF_TARGETS
 from megarl.config.schema import LORA_TARGETS
+from parallel.profiler import PROFILE_TOOLS
 
 
 class NotCarried(Exception):
@@ -130,6 +131,12 @@ def _steps_unless_negative(value: int, run: VerlRun) -> Any:
 
 def _omit(value: Any, run: VerlRun) -> Any:
     return OMIT
+
+
+def _profile_tool(value: str, run: VerlRun) -> str:
+    if value not in PROFILE_TOOLS:
+        raise NotCarried(f"megarl records with {' or '.join(PROFILE_TOOLS)}, not {value}")
+    return value
 
 
 def _lora_targets(value: str | list[str], run: VerlRun) -> list[str]:
@@ -276,6 +283,8 @@ VERL_KEYS: dict[str, Port] = {
     "data.seed": to("trainer.seed", "one seed for the run"),
     "data.tokenizer": to("model.tokenizer_path"),
     "global_profiler.steps": to("trainer.profile_steps", "a Chrome trace per worker process and a phase timeline"),
+    "global_profiler.tool": to("trainer.profile_tool", "torch or torch_memory; nsys and npu have no counterpart",
+                               _profile_tool),
     "actor_rollout_ref.model.lora_rank": to("actor.lora.rank"),
     "actor_rollout_ref.model.lora_alpha": to("actor.lora.alpha"),
     "actor_rollout_ref.model.target_modules": to(
@@ -390,11 +399,11 @@ VERL_DROPPED_PREFIXES = {
     "actor_rollout_ref.rollout.engine_kwargs.vllm.": _VLLM,
     "actor_rollout_ref.rollout.agent.": "megarl's agent loop runs in the rollout workers, one coroutine per "
                                         "trajectory (rollout.multi_turn, docs/agents.md)",
-    "actor_rollout_ref.actor.profiler.": "megarl's profiler is trainer.profile_steps",
+    "actor_rollout_ref.actor.profiler.": "megarl's profiler is trainer.profile_steps and trainer.profile_tool",
     "actor_rollout_ref.actor.checkpoint.": "megarl's checkpoints hold the model, optimizer and loop state always "
                                            "(docs/checkpoints.md)",
     "critic.checkpoint.": "megarl's checkpoints hold the model, optimizer and loop state always (docs/checkpoints.md)",
-    "global_profiler.": "megarl's profiler is trainer.profile_steps",
+    "global_profiler.": "megarl's profiler is trainer.profile_steps and trainer.profile_tool",
     "hydra.": "Hydra's own settings: megarl is not a Hydra application",
     "ray_kwargs.": "megarl starts Ray itself (RAY_ADDRESS for a running cluster)",
     "reward_model.rollout.": "megarl has no generative reward model served by a rollout engine yet",

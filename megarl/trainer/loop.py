@@ -160,8 +160,7 @@ def train(cfg: MegaRLConfig) -> None:
         rl_step = RLStep(roles, cfg, sample, kl_controller, endless(ptx) if ptx else None)
         health = HealthMonitor(cfg.trainer.health, tell)
         samples = SampleLog(cfg.trainer, cfg.reward, tokenizer, cluster.is_driver, start)
-        profile = StepProfiler(cfg.trainer.profile_steps, cfg.trainer.output_dir, roles.trained_pools,
-                               cluster.is_driver, roles.rollout)
+        profile = StepProfiler(cfg.trainer, roles.trained_pools, cluster.is_driver, roles.rollout)
         validate = partial(validation, validator, roles.rollout, score, samples) if validator else None
         with MetricsLogger(cfg, steps, cluster.is_driver, start_step=start) as logger:
             roles.weights.sync()  # after the load: the engine serves the restored actor

@@ -1,7 +1,8 @@
-"""`trainer.profile_steps` (verl's `global_profiler.steps`): the steps recorded with torch's profiler.
+"""`trainer.profile_steps` (verl's `global_profiler.steps`): the steps recorded with `trainer.profile_tool`.
 
 For each step k it names, every worker process writes `{output_dir}/profile/step_k/rank_NNNNN.json` (a Chrome trace
-of that process: parallel/profiler.py), each rollout engine whose processes are its own (SGLang's schedulers)
+of that process) or, with the `torch_memory` tool, `rank_NNNNN.memory.pickle` (its GPU allocator's history:
+parallel/profiler.py), each rollout engine whose processes are its own (SGLang's schedulers)
 writes `step_k/engine-TP-<rank>.trace.json.gz`, and the driver writes `step_k/timeline.json`, the step's phases (gen,
 old_log_prob, ref, update_actor, ...) on the driver's wall clock, in the same format: open any of them in
 https://ui.perfetto.dev or chrome://tracing."""
@@ -13,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from megarl.config.schema import TrainerConfig
 from megarl.trainer.roles import Rollout
 from parallel.controller import RoleHandle
 from parallel.memory import Windows
@@ -20,12 +22,14 @@ from parallel.worker import Worker
 
 
 class StepProfiler:
-    def __init__(self, steps: Iterable[int], output_dir: str, pools: tuple[RoleHandle[Any], ...], is_driver: bool,
+    def __init__(self, trainer: TrainerConfig, pools: tuple[RoleHandle[Any], ...], is_driver: bool,
                  rollout: Rollout | None = None):
         """`pools`: a role on each pool of processes to record; `rollout`: the rollout role, whose engines record
-        their own processes."""
-        self.steps, self.root, self.is_driver = set(steps), Path(output_dir).expanduser() / "profile", is_driver
-        self.rollout, self.pools = rollout, pools
+        their own processes (with torch's profiler: the allocator's history covers the worker processes only)."""
+        self.steps, self.tool = set(trainer.profile_steps), trainer.profile_tool
+        self.root, self.is_driver = Path(trainer.output_dir).expanduser() / "profile", is_driver
+        self.pools = pools
+        self.rollout = rollout if self.tool == "torch" else None
 
     def directory(self, step: int) -> Path:
         return self.root / f"step_{step}"
@@ -37,7 +41,7 @@ class StepProfiler:
             yield
             return
         for pool in self.pools:
-            pool.call(Worker.start_profile)
+            pool.call(Worker.start_profile, self.tool)
         if self.rollout is not None:
             self.rollout.start_engine_profile(str(self.directory(step)))
         try:

@@ -193,3 +193,9 @@ def test_verls_multi_turn_keys_become_the_agent_loops():
         "rollout.multi_turn.enable": True, "rollout.multi_turn.max_assistant_turns": 3,
         "rollout.multi_turn.format": "hermes", "rollout.multi_turn.max_tool_response_length": 256}
     assert len(c.dropped) == 1 and c.dropped[0].startswith("actor_rollout_ref.rollout.multi_turn.tool_config_path=")
+
+
+def test_verls_profiler_tool_carries_where_megarl_has_it():
+    assert values(convert(["global_profiler.tool=torch_memory"]))["trainer.profile_tool"] == "torch_memory"
+    assert convert(["global_profiler.tool=nsys"]).dropped == [
+        "global_profiler.tool=nsys: megarl records with torch or torch_memory, not nsys"]

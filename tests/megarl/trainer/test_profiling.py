@@ -40,3 +40,9 @@ def test_profile_steps_must_be_step_numbers():
     with pytest.raises(ConfigError) as info:
         load_config(overrides=["trainer.profile_steps=[0]"])
     assert info.value.problems == ["trainer.profile_steps[0]=0 must be at least 1"]
+
+
+def test_profile_tool_must_be_one_megarl_has():
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides=["trainer.profile_tool=nsys"])
+    assert info.value.problems == ["trainer.profile_tool='nsys' is not one of: torch, torch_memory."]
