@@ -47,7 +47,7 @@ def pinned(segments: list[dict], top: int) -> list[dict]:
         if segment["active_size"] and unused:
             live = [b for b in segment["blocks"] if b["state"] != "inactive"]
             rows.append({"segment_gib": segment["total_size"] / GIB, "unused_gib": unused / GIB,
-                         "live": [{"mib": b["size"] / 2**20, "where": where(b.get("frames", []))}
+                         "live": [{"mib": b["size"] / 2**20, "state": b["state"], "where": where(b.get("frames", []))}
                                   for b in sorted(live, key=lambda b: -b["size"])[:4]]})
     return sorted(rows, key=lambda r: -r["unused_gib"])[:top]
 
@@ -94,7 +94,7 @@ def main() -> None:
     for row in summary["pinned"]:
         print(f"pinned segment {row['segment_gib']:.2f} GiB, {row['unused_gib']:.2f} unused; live:")
         for block in row["live"]:
-            print(f"    {block['mib']:9.1f} MiB  {block['where']}")
+            print(f"    {block['mib']:9.1f} MiB  {block['state']:<20}  {block['where']}")
     for row in summary["growth_while_cached"]:
         print(f"new segment {row['segment_gib']:.2f} GiB with {row['unused_gib']:.2f} of {row['reserved_gib']:.2f} "
               f"GiB unused: {row['where']}")

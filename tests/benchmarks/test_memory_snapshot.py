@@ -55,7 +55,8 @@ def test_pinned_releasable_and_growth_while_cached():
     assert held["releasable_gib"] == pytest.approx(1.5)
     assert held["pinned_unused_gib"] == pytest.approx(2)
     assert summary["pinned"] == [{"segment_gib": pytest.approx(2 + 2 / 1024), "unused_gib": pytest.approx(2),
-                                  "live": [{"mib": 2.0, "where": "actor.py:7:keep_metrics"}]}]
+                                  "live": [{"mib": 2.0, "state": "active_allocated",
+                                            "where": "actor.py:7:keep_metrics"}]}]
     grown = summary["growth_while_cached"]
     assert [(row["segment_gib"], row["where"]) for row in grown] == [(3, "actor.py:7:logits")]
     assert grown[0]["unused_gib"] == pytest.approx(3.5) and grown[0]["reserved_gib"] == pytest.approx(3.5 + 2 / 1024)

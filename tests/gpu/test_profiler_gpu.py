@@ -37,6 +37,7 @@ def test_memory_snapshot_shows_pinned_cache_and_growth_while_cached(tmp_path):
     pinned = [row for row in summary["pinned"] if any(b["mib"] == 2 for b in row["live"])]
     assert pinned and pinned[0]["unused_gib"] * 1024 == pytest.approx(98, abs=0.1)
     assert "test_memory_snapshot_shows_pinned_cache" in pinned[0]["live"][0]["where"]
+    assert pinned[0]["live"][0]["state"] == "active_allocated"
     grown = [row for row in summary["growth_while_cached"] if row["segment_gib"] * 1024 == pytest.approx(150)]
     assert grown and grown[0]["unused_gib"] * 1024 >= 150
     assert summary["held"]["pinned_unused_gib"] * 1024 >= 98
