@@ -139,7 +139,7 @@ def main() -> int:
         if args.profile:
             from parallel.worker import Worker
 
-            roles["actor"].handle.call(Worker.start_profile)
+            roles["actor"].handle.call(Worker.start_profile, "torch")
             for call in sets["base"].values():
                 call()
             roles["actor"].handle.call(Worker.stop_profile, str(args.profile))
