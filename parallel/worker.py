@@ -18,6 +18,7 @@ from parallel import cpu_compat, memory, profiler, topology
 from parallel.batch import Batch
 from parallel.controller import Peer, RecoverableError
 from parallel.dispatch import Collect, RankLayout, worker_method
+from parallel.workspaces import reserve_gemm_workspaces
 
 
 class Worker:
@@ -95,6 +96,7 @@ class WorkerHost:
         if on_cpu:
             cpu_compat.enable()
         topology.init_distributed(timeout_s, rendezvous)
+        reserve_gemm_workspaces()  # first: segments of their own (parallel/workspaces.py)
         memory.start()  # after the CUDA device is set, which it samples
 
     def add_role(self, name: str, cls: type, args: tuple, kwargs: dict) -> None:
