@@ -5,7 +5,7 @@
   (`actor.update_actor`, ...: parallel/worker.py names them).
 - `torch_memory`: the CUDA caching allocator's history (every allocation and free, with its Python stack) and its
   segments at the end, as a snapshot that https://pytorch.org/memory_viz opens and benchmarks/memory_snapshot.py
-  summarises: which live tensors keep the allocator's cached blocks from being handed back. It records the GPU's
+  summarises: which live blocks keep the allocator's cached memory from being handed back. It records the GPU's
   allocator only: a process without CUDA writes no snapshot.
 Rollout engines that run in processes of their own (SGLang's schedulers) are in neither."""
 
