@@ -12,6 +12,8 @@ a worker process starts: CUDA reads the visible devices once, and imports alread
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from typing import Any, Sequence
 
 import ray
@@ -37,6 +39,17 @@ def ensure_ray() -> None:
     if not ray.is_initialized():
         os.environ.setdefault(KEEP_VISIBLE_DEVICES, "1")
         ray.init(log_to_driver=True)
+        keep_python_sigterm_handler()
+
+
+def keep_python_sigterm_handler() -> None:
+    """Ray's native core puts its failure-signal handler over the Python one for SIGTERM as the driver connects: a
+    stop (`kill`, SLURM) then first printed a crash-like stack dump, and under load that dump could outlast its
+    alarm and abort the driver (SIGABRT) instead of stopping it. Re-armed here, the Python handler (Ray's or the
+    recipe command's) takes SIGTERM directly again."""
+    handler = signal.getsignal(signal.SIGTERM)  # None: not set from Python, nothing to re-arm
+    if handler is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)
 
 
 def rank_envs(infos: list[dict], use_gpu: bool) -> list[dict[str, str]]:
