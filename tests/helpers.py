@@ -246,6 +246,14 @@ def run_layouts(worker: Path, jobs: list, nproc: int, timeout=300) -> list[dict]
     return [json.loads(Path(out).read_text()) for _, out, _, _ in jobs]
 
 
+def hide_ray() -> None:
+    """Every `import ray` and `from ray.X import Y` fails from here on, as if Ray were not installed. A copy forked
+    from tests/zygote/server.py has Ray's modules loaded already: `from ray.util import X` would find its module in
+    sys.modules without looking at `ray`, so each of them is hidden, not only `ray`."""
+    for name in [name for name in sys.modules if name == "ray" or name.startswith("ray.")] + ["ray"]:
+        sys.modules[name] = None
+
+
 def split_jobs(argv: list[str]) -> list[list[str]]:
     """A worker's command line of several jobs, `JOB_ARGS [--and JOB_ARGS ...]`, as each job's arguments."""
     jobs = [[]]

@@ -1,6 +1,6 @@
 """tests/zygote: the processes tests start with tests.helpers.ENV run as forks of the server conftest.py starts, and
 behave as the processes they replace: arguments, working directory, environment, torch's thread count, exit status,
-signals; a copy ends with the process that asked for it."""
+signals; a copy ends with the process that asked for it, even one whose Python threads cannot run."""
 
 import json
 import signal
@@ -28,6 +28,14 @@ def test_a_forked_copy_runs_as_the_process_it_replaces(tmp_path):
     assert json.loads(unforked.stdout)["preloaded"] is False
 
 
+def test_a_ray_worker_of_a_forked_process_is_a_copy_too():
+    """The server leaves Ray unimported: its native core reads its settings from the environment at import, and the
+    worker's are its own (its job's number among them). Ray gives the one-CPU actor one thread, as to a fresh one."""
+    proc = run_command([sys.executable, PROBE, "ray"], timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"preloaded": True, "threads": 1}
+
+
 def test_signals_reach_the_copy_and_the_copy_ends_with_its_asker():
     for sent, status in ((signal.SIGTERM, 7), (signal.SIGKILL, -signal.SIGKILL)):
         asker = subprocess.Popen([sys.executable, PROBE, "wait"], env=ENV, stdout=subprocess.PIPE, text=True)
@@ -35,7 +43,19 @@ def test_signals_reach_the_copy_and_the_copy_ends_with_its_asker():
         assert copy.pid != asker.pid
         asker.send_signal(sent)
         assert asker.wait(timeout=30) == status
-        deadline = time.monotonic() + 30
-        while copy.is_running() and copy.status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not copy.is_running() or copy.status() == psutil.STATUS_ZOMBIE, sent
+        assert ends(copy), sent
+
+
+def test_a_copy_that_holds_the_gil_still_ends_with_its_asker():
+    asker = subprocess.Popen([sys.executable, PROBE, "hold"], env=ENV, stdout=subprocess.PIPE, text=True)
+    copy = psutil.Process(int(asker.stdout.readline()))
+    asker.kill()
+    asker.wait(timeout=30)
+    assert ends(copy)
+
+
+def ends(copy: psutil.Process, within_s: float = 30) -> bool:
+    deadline = time.monotonic() + within_s
+    while copy.is_running() and copy.status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not copy.is_running() or copy.status() == psutil.STATUS_ZOMBIE

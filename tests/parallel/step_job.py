@@ -27,7 +27,9 @@ def main():
     parser.add_argument("--without-ray", action="store_true", help="make `import ray` fail, as if not installed")
     args = parser.parse_args()
     if args.without_ray:
-        sys.modules["ray"] = None
+        from tests.helpers import hide_ray
+
+        hide_ray()
 
     from parallel.batch import Batch
     from parallel.controller import PoolSpec, WorkerError

@@ -22,8 +22,11 @@ import threading
 import traceback
 import warnings
 
+# Not Ray (0.4 s on top of these): its native core reads its settings from the environment once, at import, and a Ray
+# worker process (which forks from here too) must read its own, its job's number among them.
 PRELOAD = ("torch", "torch.distributed.elastic.agent.server.api", "megatron.core", "transformers", "mbridge",
-           "datasets", "omegaconf", "ray", "safetensors", "pandas", "pyarrow")
+           "datasets", "omegaconf", "safetensors", "pandas", "pyarrow")
+RAY_WORKER = os.path.join("ray", "_private", "workers", "default_worker.py")  # as sitecustomize.py hands it over
 # megarl's own defaults (parallel/quiet.py), read by huggingface_hub and datasets when imported
 IMPORT_TIME_ENV = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
 
@@ -91,6 +94,23 @@ def run(request: dict) -> int:
         return 1
 
 
+def follow_rays_thread_count() -> None:
+    """A fresh Ray worker's torch is imported with the actor's class, after Ray set OMP_NUM_THREADS to the actor's
+    CPUs (where unset); this copy's torch was imported before, so it takes the number when Ray sets it."""
+    import torch
+    from ray._private import utils
+
+    set_if_unset = utils.set_omp_num_threads_if_unset
+
+    def set_and_follow() -> bool:
+        changed = set_if_unset()
+        if changed:
+            torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+        return changed
+
+    utils.set_omp_num_threads_if_unset = set_and_follow
+
+
 def become(conn: socket.socket, request: dict, fds: list[int], base: list[str]) -> None:
     """In the forked copy: take the asker's place, run its target, exit as Python would."""
     signal.set_wakeup_fd(-1)
@@ -106,6 +126,8 @@ def become(conn: socket.socket, request: dict, fds: list[int], base: list[str]) 
         import torch
 
         torch.set_num_threads(int(threads))
+    if request["argv"][0].endswith(RAY_WORKER):
+        follow_rays_thread_count()
     sys.path[:] = child_path(request, base)
     unbuffered = "-u" in request["flags"] or bool(os.environ.get("PYTHONUNBUFFERED"))
     sys.dont_write_bytecode = "-B" in request["flags"] or bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
@@ -163,12 +185,31 @@ def serve(path: str) -> None:
                 for fd in fds:
                     os.close(fd)
                 askers[pid] = conn
+                selector.register(conn, selectors.EVENT_READ, pid)
+            elif key.data is not None:
+                forward(key.fileobj, key.data, selector)
             else:
                 os.read(wake_read, 4096)
-                reap(askers)
+                reap(askers, selector)
 
 
-def reap(askers: dict) -> None:
+def forward(conn: socket.socket, pid: int, selector: selectors.BaseSelector) -> None:
+    """An asker's signals reach its copy from here as well, and its end ends the copy: the copy's own `watch` thread
+    needs the GIL, which native code may hold for good (a Ray driver stuck connecting to its cluster did)."""
+    try:
+        data = conn.recv(16)
+    except OSError:
+        data = b""
+    if not data:
+        selector.unregister(conn)
+    for signum in data or [signal.SIGKILL]:
+        try:
+            os.kill(pid, signum)  # an unreaped copy: its pid is not yet anyone else's
+        except ProcessLookupError:
+            pass
+
+
+def reap(askers: dict, selector: selectors.BaseSelector) -> None:
     while askers:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -179,6 +220,8 @@ def reap(askers: dict) -> None:
         conn = askers.pop(pid, None)
         if conn is None:
             continue
+        if conn in (key.fileobj for key in selector.get_map().values()):
+            selector.unregister(conn)
         message = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit {os.WEXITSTATUS(status)}"
         try:
             conn.sendall(message.encode())

@@ -1,5 +1,6 @@
 """Test-only start-up hook (tests/helpers.py puts this folder first on the PYTHONPATH of the processes tests start):
-a process that would import torch and megatron-core (`python -m megarl.X`, torchrun, a test's worker script) asks
+a process that would import torch and megatron-core (`python -m megarl.X` or `-m tests.X`, torchrun, a test's worker
+script, a Ray worker process of a local cluster such a process started, which inherits its PYTHONPATH) asks
 tests/zygote/server.py, which imported them once, to fork a copy that runs it, passes its standard streams and
 signals on, and exits as the copy exits. ~10 CPU-seconds of imports saved per process on CI's two cores. Without
 the server (MEGARL_TEST_ZYGOTE unset or not listening), or with MEGARL_VERBOSE (import-time warnings wanted), the
@@ -8,7 +9,8 @@ process starts as usual."""
 import os
 import sys
 
-FORKED_MODULES = ("megarl.", "torch.distributed.run", "benchmarks.")
+FORKED_MODULES = ("megarl.", "torch.distributed.run", "benchmarks.", "tests.")
+RAY_WORKER = os.path.join("ray", "_private", "workers", "default_worker.py")
 
 
 def _forkable(argv: list[str]) -> int | None:
@@ -18,8 +20,9 @@ def _forkable(argv: list[str]) -> int | None:
         i += 1
     if i + 1 < len(argv) and argv[i] == "-m":
         return i if argv[i + 1].startswith(FORKED_MODULES) else None
-    if i < len(argv) and argv[i].endswith(".py") and "/tests/" in os.path.abspath(argv[i]):
-        return i
+    if i < len(argv) and argv[i].endswith(".py"):
+        path = os.path.abspath(argv[i])
+        return i if "/tests/" in path or path.endswith(RAY_WORKER) else None
     return None
 
 

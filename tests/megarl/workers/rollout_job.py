@@ -18,7 +18,9 @@ def main():
     parser.add_argument("--without-ray", action="store_true")
     args = parser.parse_args()
     if args.without_ray:
-        sys.modules["ray"] = None
+        from tests.helpers import hide_ray
+
+        hide_ray()
 
     import torch.distributed as dist
 
