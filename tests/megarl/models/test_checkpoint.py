@@ -4,8 +4,6 @@ to the same values. A training checkpoint continues training exactly: weights, A
 states; one from another model shape or tensor-parallel size is refused with the reason."""
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,14 +11,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.helpers import REPO_ROOT, make_model
+from tests.helpers import make_model, run_command
 
 WORKER = Path(__file__).with_name("ckpt_worker.py")
-ENV = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
 
 
 def run(cmd):
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=ENV)
+    proc = run_command(list(map(str, cmd)), timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     return proc
 
@@ -29,7 +26,7 @@ def torchrun(nproc, *args, check=True):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), str(WORKER), *map(str, args)]
     if check:
         return run(cmd)
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=ENV)
+    return run_command(cmd, timeout=300)
 
 
 def exported(path: Path) -> dict:
@@ -82,8 +79,8 @@ def test_save_at_tp2_export_in_one_process(two_ranks, tmp_path):
 
 
 def test_export_of_a_missing_checkpoint_is_an_error(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "megarl.cli", "export", "--checkpoint", str(tmp_path), "--out",
-                           str(tmp_path / "o")], capture_output=True, text=True, timeout=120, env=ENV)
+    proc = run_command([sys.executable, "-m", "megarl.cli", "export", "--checkpoint", str(tmp_path), "--out",
+                        str(tmp_path / "o")], timeout=120)
     assert proc.returncode == 2 and "is not a megarl model checkpoint" in proc.stderr
 
 

@@ -3,16 +3,11 @@ sync, the engines' samples get the same log-probs from the actor (old_log_probs)
 identical results under Ray and under torchrun."""
 
 import json
-import os
-import subprocess
 import sys
 
 import pytest
 
-from tests.helpers import REPO_ROOT, make_model
-
-ENV = {**os.environ, "RAY_AUTH_MODE": "disabled",
-       "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+from tests.helpers import make_model, run_command
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +20,7 @@ def run(model_dir, out, launcher, *extra) -> dict:
     if launcher == "torchrun":
         prefix += ["torch.distributed.run", "--nproc-per-node", "2", "-m"]
     cmd = [*prefix, "tests.megarl.workers.rollout_job", str(model_dir), str(out), *extra]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    proc = run_command(cmd, timeout=300)
     assert proc.returncode == 0, proc.stderr[-5000:]
     return json.loads(out.read_text())
 
