@@ -36,6 +36,16 @@ def test_a_ray_worker_of_a_forked_process_is_a_copy_too():
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"preloaded": True, "threads": 1}
 
 
+def test_multiprocessing_children_of_a_forked_process_are_copies_too():
+    """A spawned child and a forkserver import the parent's main module again: they fork with the descriptors
+    multiprocessing passed them (the queue's pipes reach the parent)."""
+    proc = run_command([sys.executable, PROBE, "multiprocessing"], timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    reports = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert {method: (r["preloaded"], r["exitcode"]) for method, r in reports.items()} == {
+        "spawn": (True, 0), "forkserver": (True, 0)}
+
+
 def test_signals_reach_the_copy_and_the_copy_ends_with_its_asker():
     for sent, status in ((signal.SIGTERM, 7), (signal.SIGKILL, -signal.SIGKILL)):
         asker = subprocess.Popen([sys.executable, PROBE, "wait"], env=ENV, stdout=subprocess.PIPE, text=True)

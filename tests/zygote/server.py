@@ -9,6 +9,8 @@ imported, which each process sets for itself.
 
 import array
 import atexit
+import builtins
+import fcntl
 import importlib
 import io
 import json
@@ -20,6 +22,7 @@ import socket
 import sys
 import threading
 import traceback
+import types
 import warnings
 
 # Not Ray (0.4 s on top of these): its native core reads its settings from the environment once, at import, and a Ray
@@ -27,6 +30,7 @@ import warnings
 PRELOAD = ("torch", "torch.distributed.elastic.agent.server.api", "megatron.core", "transformers", "mbridge",
            "datasets", "omegaconf", "safetensors", "pandas", "pyarrow")
 RAY_WORKER = os.path.join("ray", "_private", "workers", "default_worker.py")  # as sitecustomize.py hands it over
+MAX_FDS = 64  # as sitecustomize.py sends them
 # megarl's own defaults (parallel/quiet.py), read by huggingface_hub and datasets when imported
 IMPORT_TIME_ENV = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
 
@@ -41,7 +45,7 @@ def preload() -> None:
 
 def receive(conn: socket.socket) -> tuple[dict, list[int]]:
     fds = array.array("i")
-    data, ancillary, _, _ = conn.recvmsg(8, socket.CMSG_LEN(3 * fds.itemsize))
+    data, ancillary, _, _ = conn.recvmsg(8, socket.CMSG_SPACE(MAX_FDS * fds.itemsize))
     for level, kind, payload in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
@@ -53,7 +57,7 @@ def receive(conn: socket.socket) -> tuple[dict, list[int]]:
 
 def child_path(request: dict, base: list[str]) -> list[str]:
     argv, cwd = request["argv"], request["cwd"]
-    first = cwd if argv[0] == "-m" else os.path.dirname(os.path.abspath(os.path.join(cwd, argv[0])))
+    first = {"-m": cwd, "-c": ""}.get(argv[0]) or os.path.dirname(os.path.abspath(os.path.join(cwd, argv[0])))
     extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
     return [first, *extra, *base]
 
@@ -80,6 +84,12 @@ def run(request: dict) -> int:
         if argv[0] == "-m":
             sys.argv = [argv[1], *argv[2:]]
             runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        elif argv[0] == "-c":
+            sys.argv = ["-c", *argv[2:]]
+            main = types.ModuleType("__main__")
+            main.__builtins__ = builtins
+            sys.modules["__main__"] = main
+            exec(compile(argv[1], "<string>", "exec"), main.__dict__)
         else:
             sys.argv = list(argv)
             runpy.run_path(argv[0], run_name="__main__")
@@ -111,13 +121,28 @@ def follow_rays_thread_count() -> None:
     utils.set_omp_num_threads_if_unset = set_and_follow
 
 
+def take_descriptors(conn: socket.socket, targets: list[int], fds: list[int]) -> socket.socket:
+    """The asker's descriptors at their numbers (multiprocessing tells a child its pipes' numbers on its command
+    line), this copy's socket and the received ones moved out of their way first; returns the moved socket."""
+    if len(fds) != len(targets):
+        os._exit(70)
+    floor = max(targets, default=2) + 1
+    moved = socket.socket(fileno=fcntl.fcntl(conn.fileno(), fcntl.F_DUPFD_CLOEXEC, floor))
+    conn.close()
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, floor) for fd in fds]
+    for fd in fds:
+        os.close(fd)
+    for target, fd in zip(targets, high):
+        os.dup2(fd, target)
+        os.close(fd)
+    return moved
+
+
 def become(conn: socket.socket, request: dict, fds: list[int], base: list[str]) -> None:
     """In the forked copy: take the asker's place, run its target, exit as Python would."""
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    for target, fd in zip((0, 1, 2), fds):
-        os.dup2(fd, target)
-        os.close(fd)
+    conn = take_descriptors(conn, request.get("fds", [0, 1, 2]), fds)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
@@ -197,7 +222,9 @@ def forward(conn: socket.socket, pid: int, selector: selectors.BaseSelector) -> 
     """An asker's signals reach its copy from here as well, and its end ends the copy: the copy's own `watch` thread
     needs the GIL, which native code may hold for good (a Ray driver stuck connecting to its cluster did)."""
     try:
-        data = conn.recv(16)
+        data = conn.recv(16, socket.MSG_DONTWAIT)
+    except BlockingIOError:  # the copy's `watch` thread took the bytes first
+        return
     except OSError:
         data = b""
     if not data:

@@ -1,8 +1,9 @@
 """Test-only start-up hook (tests/helpers.py puts this folder first on the PYTHONPATH of the processes tests start):
 a process that would import torch and megatron-core (`python -m megarl.X` or `-m tests.X`, torchrun, a test's worker
-script, a Ray worker process of a local cluster such a process started, which inherits its PYTHONPATH) asks
-tests/zygote/server.py, which imported them once, to fork a copy that runs it, passes its standard streams and
-signals on, and exits as the copy exits. ~10 CPU-seconds of imports saved per process on CI's two cores. Without
+script, and what such a process starts in turn: a Ray worker process of its local cluster, multiprocessing's spawned
+children and forkserver, which import its main module again) asks tests/zygote/server.py, which imported them once,
+to fork a copy that runs it, passes its descriptors (streams, multiprocessing's pipes) and signals on, and exits as
+the copy exits. ~10 CPU-seconds of imports saved per process on CI's two cores. Without
 the server (MEGARL_TEST_ZYGOTE unset or not listening), or with MEGARL_VERBOSE (import-time warnings wanted), the
 process starts as usual."""
 
@@ -11,6 +12,8 @@ import sys
 
 FORKED_MODULES = ("megarl.", "torch.distributed.run", "benchmarks.", "tests.")
 RAY_WORKER = os.path.join("ray", "_private", "workers", "default_worker.py")
+MULTIPROCESSING = ("from multiprocessing.spawn import spawn_main", "from multiprocessing.forkserver import main")
+MAX_FDS = 64  # descriptors handed over in one message; a process with more starts as usual
 
 
 def _forkable(argv: list[str]) -> int | None:
@@ -20,10 +23,24 @@ def _forkable(argv: list[str]) -> int | None:
         i += 1
     if i + 1 < len(argv) and argv[i] == "-m":
         return i if argv[i + 1].startswith(FORKED_MODULES) else None
+    if i + 1 < len(argv) and argv[i] == "-c":
+        return i if argv[i + 1].startswith(MULTIPROCESSING) else None
     if i < len(argv) and argv[i].endswith(".py"):
         path = os.path.abspath(argv[i])
         return i if "/tests/" in path or path.endswith(RAY_WORKER) else None
     return None
+
+
+def _inherited_fds() -> list[int]:
+    """The descriptors this process started with: 0, 1, 2 and those its parent passed on."""
+    fds = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            os.fstat(int(name))
+        except OSError:  # listdir's own, closed by now
+            continue
+        fds.append(int(name))
+    return sorted(fds)
 
 
 def _run_in_zygote(path: str) -> None:
@@ -33,7 +50,8 @@ def _run_in_zygote(path: str) -> None:
     import socket
 
     start = _forkable(list(sys.orig_argv))
-    if start is None:
+    inherited = _inherited_fds()
+    if start is None or len(inherited) > MAX_FDS:
         return
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -42,8 +60,8 @@ def _run_in_zygote(path: str) -> None:
         conn.close()
         return
     request = json.dumps({"flags": sys.orig_argv[1:start], "argv": sys.orig_argv[start:], "cwd": os.getcwd(),
-                          "env": dict(os.environ)}).encode()
-    fds = array.array("i", [0, 1, 2])
+                          "env": dict(os.environ), "fds": inherited}).encode()
+    fds = array.array("i", inherited)
     conn.sendmsg([len(request).to_bytes(8, "big")], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
     conn.sendall(request)
 
