@@ -1,23 +1,20 @@
 import json
 import math
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO_ROOT, make_model
+from tests.helpers import make_model, run_command
 
 
 @pytest.fixture(scope="module")
 def steps(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("training")
     model = make_model("qwen2", tmp_path / "model")
-    env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     worker = Path(__file__).with_name("training_worker.py")
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", str(worker),
-                           str(model), str(tmp_path / "out.json")], capture_output=True, text=True, timeout=300, env=env)
+    proc = run_command([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", str(worker),
+                        str(model), str(tmp_path / "out.json")], timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads((tmp_path / "out.json").read_text())
 

@@ -21,8 +21,7 @@ import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from parallel.topology import free_port
-# Unforked (tests/zygote): the subject is a SIGKILL of every process of the run, which must own them all.
-from tests.helpers import WALL_CLOCK, UNFORKED_ENV as ENV, REPO_ROOT, overrides, read_metrics
+from tests.helpers import ENV, WALL_CLOCK, UNFORKED_ENV, REPO_ROOT, overrides, read_metrics
 
 CASES = {
     "grpo": ["algorithm.adv_estimator=grpo", "actor.use_kl_loss=true", "actor.megatron.tensor_model_parallel_size=2",
@@ -85,8 +84,9 @@ def kill_everything(proc: subprocess.Popen) -> None:
 
 def run_until_checkpoint(cmd, log, checkpoint, timeout=600):
     """Start the run and kill it as soon as `checkpoint` is committed."""
+    # Unforked (tests/zygote): the subject is a SIGKILL of every process of the run, which must own them all.
     with open(log, "w") as f:
-        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=ENV, stdout=f, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=UNFORKED_ENV, stdout=f, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     deadline = time.monotonic() + timeout
     try:
