@@ -22,8 +22,10 @@ def test_a_forked_copy_runs_as_the_process_it_replaces(tmp_path):
     proc = run_command([sys.executable, PROBE, "report", "3"], timeout=60, cwd=tmp_path, env=env)
     assert proc.returncode == 3, proc.stderr
     report = json.loads(proc.stdout)
+    # run_command starts the asker in a session of its own; the copy leads a process group of its own too, not the
+    # server's: Ray kills the group of a worker process that exits.
     assert report == {"preloaded": True, "argv": ["report", "3"], "cwd": str(tmp_path), "marker": "seen",
-                      "threads": 1}
+                      "threads": 1, "group_leader": True}
     unforked = run_command([sys.executable, PROBE, "report", "0"], timeout=60, env=UNFORKED_ENV)
     assert json.loads(unforked.stdout)["preloaded"] is False
 

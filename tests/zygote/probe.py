@@ -1,5 +1,6 @@
 """tests/test_zygote.py's probe process. `report STATUS`: prints what it started with (torch already imported, i.e. a
-forked copy; its arguments, working directory, one environment variable, torch's thread count) and exits with STATUS.
+forked copy; its arguments, working directory, one environment variable, torch's thread count, whether it leads its
+process group) and exits with STATUS.
 `wait`: prints its pid, then waits for SIGTERM, which it answers with exit status 7. `hold`: prints its pid, then
 sleeps in native code that holds the GIL (as a stuck native call can), so that none of its Python threads runs.
 `ray`: prints what an actor of a local Ray cluster (one CPU) found in its worker process (megatron-core already
@@ -57,7 +58,8 @@ def main(mode: str) -> None:
         import torch
 
         print(json.dumps({"preloaded": preloaded, "argv": sys.argv[1:], "cwd": os.getcwd(),
-                          "marker": os.environ.get("PROBE_MARKER"), "threads": torch.get_num_threads()}))
+                          "marker": os.environ.get("PROBE_MARKER"), "threads": torch.get_num_threads(),
+                          "group_leader": os.getpgrp() == os.getpid()}))
         sys.exit(int(sys.argv[2]))
     if mode in ("ray", "multiprocessing"):
         print(json.dumps(ray_report() if mode == "ray" else multiprocessing_report()))

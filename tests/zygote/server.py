@@ -142,6 +142,10 @@ def become(conn: socket.socket, request: dict, fds: list[int], base: list[str]) 
     """In the forked copy: take the asker's place, run its target, exit as Python would."""
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    # A process group of its own, as the asker has where its starter gave it one (Ray's raylet to a worker process,
+    # torchrun to a rank, run_command): the server's group holds every copy, and a Ray raylet that did not start from
+    # here (`ray start` under SLURM) kills the group of a worker process that exits, which would be the server's.
+    os.setpgid(0, 0)
     conn = take_descriptors(conn, request.get("fds", [0, 1, 2]), fds)
     os.chdir(request["cwd"])
     os.environ.clear()
