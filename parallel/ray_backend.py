@@ -44,8 +44,8 @@ def ensure_ray() -> None:
 
 def keep_python_sigterm_handler() -> None:
     """Ray's native core puts its failure-signal handler over the Python one for SIGTERM as the driver connects: a
-    stop (`kill`, SLURM) then first printed a crash-like stack dump, and under load that dump could outlast its
-    alarm and abort the driver (SIGABRT) instead of stopping it. Re-armed here, the Python handler (Ray's or the
+    stop (`kill`, SLURM) then first printed a crash-like stack dump, and once, under a full test suite's load, the
+    driver ended by SIGABRT right after it instead of stopping. Re-armed here, the Python handler (Ray's or the
     recipe command's) takes SIGTERM directly again."""
     handler = signal.getsignal(signal.SIGTERM)  # None: not set from Python, nothing to re-arm
     if handler is not None and threading.current_thread() is threading.main_thread():
