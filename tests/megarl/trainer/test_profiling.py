@@ -46,3 +46,16 @@ def test_profile_tool_must_be_one_megarl_has():
     with pytest.raises(ConfigError) as info:
         load_config(overrides=["trainer.profile_tool=nsys"])
     assert info.value.problems == ["trainer.profile_tool='nsys' is not one of: torch, torch_memory."]
+
+
+def test_the_memory_tool_replaces_the_trace(setup, tmp_path):
+    """`trainer.profile_tool=torch_memory` records the GPU allocator instead of a Chrome trace: on CPU, where there
+    is no allocator to record, the profiled step writes only the driver's timeline (tests/gpu/test_profiler_gpu.py
+    reads a snapshot)."""
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+           "-m", "megarl.train", *overrides(setup, out, "trainer.profile_steps=[2]", "trainer.total_training_steps=2",
+                                            "trainer.profile_tool=torch_memory")]
+    proc = run_command(cmd, timeout=480)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-5000:]
+    assert sorted(p.name for p in (out / "profile/step_2").iterdir()) == ["timeline.json"]
