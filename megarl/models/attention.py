@@ -71,6 +71,19 @@ def _sdpa(q, k, v, *, causal, scale, dropout):
     return out.squeeze(0).transpose(0, 1).reshape(out.shape[2], -1)
 
 
+def varlen_causal(query, key, value, cu_seqlens, longest: int, scale: float) -> torch.Tensor:
+    """Every packed sequence in one call of torch's FlashAttention varlen kernel: [t, h, d] → [t, h·d]."""
+    kwargs = {"window_size": (-1, 0)} if "window_size" in _VARLEN_ARGS else {"is_causal": True}
+    # FlashAttention takes fewer key/value heads than query heads as they are; torch's wrapper has no flag for it
+    # before `enable_gqa` and passes them through. (Repeating them, as the per-sequence loop must, copied K and V
+    # to every query head in every layer, forward and backward.)
+    if query.shape[1] != key.shape[1] and "enable_gqa" in _VARLEN_ARGS:
+        kwargs["enable_gqa"] = True
+    cu = cu_seqlens.to(device=query.device, dtype=torch.int32)
+    out = varlen_attn(query, key, value, cu, cu, longest, longest, scale=scale, **kwargs)
+    return out.reshape(out.shape[0], -1)
+
+
 class SDPAttention(MegatronModule):
     """Drop-in `core_attention` for the local spec; same constructor and forward as megatron's."""
 
@@ -103,26 +116,14 @@ class SDPAttention(MegatronModule):
             raise TypeError("SDPAttention takes the packed lengths of megarl.models.packing.pack_sequences")
         cp = 1 if self.cp_group is None else self.cp_group.size()
         if cp == 1 and query.is_cuda and varlen_attn is not None and dropout == 0:
-            return self._varlen(query, key, value, packed_seq_params.cu_seqlens_padded_device,
-                                packed_seq_params.max_seqlen_q)
+            return varlen_causal(query, key, value, packed_seq_params.cu_seqlens_padded_device,
+                                 packed_seq_params.max_seqlen_q, self.softmax_scale)
         # The per-sequence loops read the host lengths (a compiled layer would specialise on them; it takes the
         # varlen call above).
         lengths = packed_seq_params.padded_lengths
         if cp == 1:
             return self._packed(query, key, value, lengths, dropout)
         return self._packed_context_parallel(query, key, value, lengths, cp, dropout)
-
-    def _varlen(self, query, key, value, cu_seqlens, longest: int):
-        """Every packed sequence in one FlashAttention call: [t, h, d] → [t, h·d]."""
-        kwargs = {"window_size": (-1, 0)} if "window_size" in _VARLEN_ARGS else {"is_causal": True}
-        # FlashAttention takes fewer key/value heads than query heads as they are; torch's wrapper has no flag for it
-        # before `enable_gqa` and passes them through. (Repeating them, as the per-sequence loop must, copied K and V
-        # to every query head in every layer, forward and backward.)
-        if query.shape[1] != key.shape[1] and "enable_gqa" in _VARLEN_ARGS:
-            kwargs["enable_gqa"] = True
-        cu = cu_seqlens.to(device=query.device, dtype=torch.int32)
-        out = varlen_attn(query, key, value, cu, cu, longest, longest, scale=self.softmax_scale, **kwargs)
-        return out.reshape(out.shape[0], -1)
 
     def _packed(self, query, key, value, lengths, dropout):
         outs, start = [], 0

@@ -8,7 +8,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 
 
 def test_varlen_equals_the_per_sequence_loop():
-    from megarl.models.attention import SDPAttention, varlen_attn
+    from megarl.models.attention import SDPAttention, varlen_attn, varlen_causal
 
     assert varlen_attn is not None, "torch has no torch.nn.attention.varlen"
     lengths = [37, 5, 128, 64, 1, 90]
@@ -27,7 +27,8 @@ def test_varlen_equals_the_per_sequence_loop():
     cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], device="cuda")
     grad = torch.randn(tokens, heads * dim, device="cuda", dtype=torch.bfloat16, generator=generator)
     results = []
-    for run in (lambda: attention._packed(q, k, v, lengths, 0.0), lambda: attention._varlen(q, k, v, cu, max(lengths))):
+    for run in (lambda: attention._packed(q, k, v, lengths, 0.0),
+                lambda: varlen_causal(q, k, v, cu, max(lengths), attention.softmax_scale)):
         out = run()
         q.grad = k.grad = v.grad = None
         out.backward(grad)
