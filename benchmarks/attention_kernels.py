@@ -1,9 +1,10 @@
 """Packed causal attention kernels side by side on one GPU, at a model's head shapes: the one megarl's local layers
 call (torch's FlashAttention varlen kernel, megarl.models.attention.varlen_causal), Transformer Engine's
-DotProductAttention over THD sequences (what TE's layers call; flash-attn absent, TE runs cuDNN's fused attention),
-and the flash-attn packages where they import (FlashAttention-2's `flash_attn`, FlashAttention-4's CuTe-DSL
-`flash_attn.cute`: benchmarks/accel/stage_fa4.sh); the first that imports is the reference for the others'
-outputs. A bf16 GEMM measured in the same run is the hardware reference.
+DotProductAttention over THD sequences (what TE's layers call), held to one backend per run (`--te-backend`: cuDNN's
+fused attention, or flash-attn, which TE 2.20 takes as FlashAttention-4 where that imports), and the flash-attn
+packages where they import (FlashAttention-2's `flash_attn`; FlashAttention-4's CuTe-DSL `flash_attn.cute`, staged by
+benchmarks/accel/stage_fa4.sh). The first kernel that imports is the reference for the others' outputs; a bf16 GEMM
+measured in the same run is the hardware reference.
 
     python benchmarks/attention_kernels.py --shape qwen2.5-0.5b qwen3-0.6b --out $OUT/attention.json
 
@@ -28,10 +29,10 @@ import torch
 
 from megarl.models.shapes import SHAPES
 
-# TE chooses among flash-attn, cuDNN's fused attention and its unfused path at each call; with only cuDNN allowed a
-# call it cannot serve fails instead of falling back unseen.
-os.environ.setdefault("NVTE_FLASH_ATTN", "0")
-os.environ.setdefault("NVTE_UNFUSED_ATTN", "0")
+# TE chooses among flash-attn (2, 3 or 4, whichever imports), cuDNN's fused attention and its unfused path; with one
+# allowed, a call it cannot serve fails instead of falling back unseen. Read when TE is imported, so one per process.
+TE_BACKENDS = {"cudnn": {"NVTE_FLASH_ATTN": "0", "NVTE_UNFUSED_ATTN": "0"},
+               "flash": {"NVTE_FUSED_ATTN": "0", "NVTE_UNFUSED_ATTN": "0"}}
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ def torch_flash(batch: Batch) -> Kernel:
     return lambda q, k, v, cu, longest: varlen_causal(q, k, v, cu, longest, batch.head_dim ** -0.5)
 
 
-def te_fused(batch: Batch) -> Kernel:
+def transformer_engine(batch: Batch) -> Kernel:
     import transformer_engine.pytorch as te
 
     module = te.DotProductAttention(batch.heads, batch.head_dim, num_gqa_groups=batch.kv_heads, attention_dropout=0.0,
@@ -97,7 +98,7 @@ def flash_attn_4(batch: Batch) -> Kernel:
 
 # TE's first: its library resolves cuDNN's sub-libraries by name, and meets torch's when another kernel loaded them.
 KERNELS: dict[str, Callable[[Batch], Kernel]] = {
-    "te-cudnn-fused": te_fused, "torch-flash-varlen": torch_flash, "flash-attn": flash_attn_package,
+    "te": transformer_engine, "torch-flash-varlen": torch_flash, "flash-attn": flash_attn_package,
     "flash-attn-4": flash_attn_4}
 
 
@@ -145,11 +146,12 @@ def measure(kernel: Kernel, batch: Batch, iters: int) -> tuple[dict, list[torch.
     return figures, results
 
 
-def compare_kernels(batch: Batch, names: list[str], iters: int, gemm: float) -> dict:
+def compare_kernels(batch: Batch, names: list[str], iters: int, gemm: float, te_backend: str) -> dict:
     kernels, reference = {}, None
-    for name in names:
+    for key in names:
+        name = f"te-{te_backend}" if key == "te" else key
         try:
-            kernel = KERNELS[name](batch)
+            kernel = KERNELS[key](batch)
         except ImportError as error:
             kernels[name] = {"skipped": f"not importable here: {error}"}
             continue
@@ -170,10 +172,13 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=16384, help="packed tokens per call (a micro-batch)")
     parser.add_argument("--mean-length", type=int, nargs="+", default=[512, 2048])
     parser.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=list(KERNELS))
+    parser.add_argument("--te-backend", choices=list(TE_BACKENDS), default="cudnn",
+                        help="the one attention backend TE may use: cuDNN's fused attention, or flash-attn")
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--machine", default="", help="the device kind, for the row")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
+    os.environ.update(TE_BACKENDS[args.te_backend])
     gemm = gemm_tflops(args.iters)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     rows = []
@@ -190,7 +195,7 @@ def main() -> None:
                 "model_shape": shape, "dtype": "bfloat16", "heads": heads, "kv_heads": kv_heads,
                 "head_dim": head_dim, "tokens": batch.tokens, "sequences": len(batch.lengths), "mean_length": mean,
                 "torch": torch.__version__, "baseline": {"gemm_bf16_tflops": gemm, "gemm": "8192x8192x8192"},
-                "kernels": compare_kernels(batch, args.kernels, args.iters, gemm)})
+                "kernels": compare_kernels(batch, args.kernels, args.iters, gemm, args.te_backend)})
             print(json.dumps({k: rows[-1][k] for k in ("model_shape", "mean_length", "kernels")}), flush=True)
     with open(args.out, "w") as out:
         json.dump(rows, out, indent=1)
