@@ -19,7 +19,8 @@ from megarl.config.validate import (
     run_sizes,
 )
 from megarl.config.sft_validate import check_trainer_batches, check_trainer_model
-from megarl.config.verl_keys import Port, port_verl_sft_key
+from megarl.config.verl_keys import Port
+from megarl.config.verl_sft_keys import port_verl_sft_key
 
 
 def validate_rm_config(cfg: RMConfig) -> None:

@@ -20,7 +20,7 @@ from megarl.config.validate import (
     read_hf_config,
     run_sizes,
 )
-from megarl.config.verl_keys import port_verl_sft_key
+from megarl.config.verl_sft_keys import port_verl_sft_key
 from megarl.data.sft_dataset import SFT_TRUNCATIONS
 
 

@@ -5,7 +5,7 @@ Most verl keys port by dropping the `actor_rollout_ref.` level (VERL_PREFIXES). 
 renamed keys, values whose meaning changes (a global micro-batch becomes a per-GPU one), FSDP settings and their
 megatron counterparts, and keys megarl has no counterpart for, with the reason. VERL_DEFAULTS are verl's defaults
 where megarl's differ, so that a converted recipe means what the verl run meant. verl's SFT trainer has tables of
-its own (`megarl sft` recipes).
+its own (`megarl sft` recipes: megarl/config/verl_sft_keys.py).
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def _per_gpu(role: str) -> Convert:
     return lambda value, run: OMIT if value is None else max(value // run.data_parallel_size(role), 1)
 
 
-def _recompute(value: bool, run: VerlRun) -> str | None:
+def recompute_from_checkpointing(value: bool, run: VerlRun) -> str | None:
     if run.megatron:
         raise NotCarried("verl's megatron workers ignore it; megatron recomputes by "
                          "megatron.override_transformer_config.recompute_granularity")
@@ -113,9 +113,12 @@ def _reward_function_name(name: str, run: VerlRun) -> Any:
     return OMIT  # joined into reward.function with the path
 
 
-def _warmup_steps(role: str) -> Convert:
+def warmup_steps_from_ratio(role: str) -> Convert:
+    """verl's `{role}.optim.lr_warmup_steps_ratio` (role "": the SFT trainer's `optim.`) as a step count."""
+    steps_key = f"{role}.optim.lr_warmup_steps".lstrip(".")
+
     def convert(ratio: float, run: VerlRun) -> Any:
-        if not ratio or run.get(f"{role}.optim.lr_warmup_steps", -1) >= 0:
+        if not ratio or run.get(steps_key, -1) >= 0:
             return OMIT  # none, or verl's lr_warmup_steps wins over the ratio
         steps = run.get("trainer.total_training_steps")
         if steps is None:
@@ -196,7 +199,7 @@ VERL_PREFIXES = {
 }
 
 _ONLY_MEGATRON = "megarl trains with megatron-core: FSDP offloads and Ulysses map to their megatron counterparts"
-_PACKED = "megarl always packs sequences, without padding"
+PACKED = "megarl always packs sequences, without padding"
 _MBRIDGE = "megarl always builds the megatron model from the HF checkpoint through mbridge"
 _JOINED = "path/to/file.py:function_name: verl's path and name joined"
 _REF_MESH = "the reference runs in the actor's processes, in the actor's megatron layout"
@@ -223,14 +226,14 @@ VERL_KEYS: dict[str, Port] = {
         "actor.megatron.grad_reduce_in_fp32", "the gradient buffers' dtype: true float32, false the weights' bf16"),
     "critic.megatron.override_ddp_config.grad_reduce_in_fp32": to("critic.megatron.grad_reduce_in_fp32"),
     "actor_rollout_ref.model.enable_gradient_checkpointing": to(
-        "actor.megatron.recompute_granularity", "true is full recomputation", _recompute),
+        "actor.megatron.recompute_granularity", "true is full recomputation", recompute_from_checkpointing),
     "critic.model.enable_gradient_checkpointing": to(
-        "critic.megatron.recompute_granularity", "true is full recomputation", _recompute),
+        "critic.megatron.recompute_granularity", "true is full recomputation", recompute_from_checkpointing),
     "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": to(
-        "actor.optim.lr_warmup_steps", "a step count: ratio × total training steps", _warmup_steps(
+        "actor.optim.lr_warmup_steps", "a step count: ratio × total training steps", warmup_steps_from_ratio(
             "actor_rollout_ref.actor")),
     "critic.optim.lr_warmup_steps_ratio": to("critic.optim.lr_warmup_steps", "a step count: ratio × total training "
-                                             "steps", _warmup_steps("critic")),
+                                             "steps", warmup_steps_from_ratio("critic")),
     "actor_rollout_ref.actor.optim.lr_warmup_steps": to("actor.optim.lr_warmup_steps", "",
                                                         _steps_unless_negative),
     "critic.optim.lr_warmup_steps": to("critic.optim.lr_warmup_steps", "", _steps_unless_negative),
@@ -349,10 +352,10 @@ VERL_KEYS: dict[str, Port] = {
     "critic.strategy": dropped(_ONLY_MEGATRON, same_as="megatron"),
     "reward_model.strategy": dropped(_ONLY_MEGATRON, same_as="megatron"),
     "actor_rollout_ref.ref.ulysses_sequence_parallel_size": dropped(_REF_MESH),
-    "actor_rollout_ref.model.use_remove_padding": dropped(_PACKED, same_as=True),
-    "actor_rollout_ref.actor.use_remove_padding": dropped(_PACKED, same_as=True),
-    "critic.model.use_remove_padding": dropped(_PACKED, same_as=True),
-    "reward_model.model.use_remove_padding": dropped(_PACKED, same_as=True),
+    "actor_rollout_ref.model.use_remove_padding": dropped(PACKED, same_as=True),
+    "actor_rollout_ref.actor.use_remove_padding": dropped(PACKED, same_as=True),
+    "critic.model.use_remove_padding": dropped(PACKED, same_as=True),
+    "reward_model.model.use_remove_padding": dropped(PACKED, same_as=True),
     "actor_rollout_ref.actor.megatron.use_mbridge": dropped(_MBRIDGE, same_as=True),
     "actor_rollout_ref.actor.megatron.vanilla_mbridge": dropped(_MBRIDGE, same_as=True),
     "actor_rollout_ref.actor.megatron.use_dist_checkpointing": dropped(_MBRIDGE, same_as=False),
@@ -432,22 +435,7 @@ VERL_FSDP_DEFAULTS: dict[str, Any] = {  # FSDP's gradient checkpointing is on by
 VERL_MEGATRON_DEFAULTS: dict[str, Any] = {"ref.megatron.param_offload": "${actor.megatron.param_offload}"}
 
 
-VERL_SFT_KEYS: dict[str, Port] = {
-    "model.partial_pretrain": to("model.path"),
-    "model.enable_gradient_checkpointing": to("actor.megatron.recompute_granularity", "true is full recomputation",
-                                              _recompute),
-    "ulysses_sequence_parallel_size": to("actor.megatron.context_parallel_size"),
-    "data.micro_batch_size": to("data.micro_batch_size_per_gpu", "samples per data-parallel rank"),
-    "data.prompt_dict_keys": to("data.prompt_key", "a dotted path into the column, e.g. extra_info.question"),
-    "data.response_dict_keys": to("data.response_key", "a dotted path into the column, e.g. extra_info.answer"),
-    "optim.warmup_steps_ratio": to("optim.lr_warmup_steps", "a step count: ratio × total training steps"),
-    "optim.lr_scheduler": to("optim.lr_decay_style", "constant, linear or cosine"),
-    "trainer.default_local_dir": to("trainer.output_dir", "the HF model is written to its hf/"),
-    "data.seed": to("trainer.seed"),
-}
-
-
-def _port(key: str, keys: Mapping[str, Port], prefixes: Mapping[str, str],
+def port_by_table(key: str, keys: Mapping[str, Port], prefixes: Mapping[str, str],
           dropped_prefixes: Mapping[str, str]) -> Port | None:
     if key in keys:
         return keys[key]
@@ -458,18 +446,13 @@ def _port(key: str, keys: Mapping[str, Port], prefixes: Mapping[str, str],
 
 def port_verl_key(key: str) -> Port | None:
     """Where verl's RL key `key` goes in a megarl recipe; None for a key verl and megarl spell alike."""
-    return _port(key, VERL_KEYS, VERL_PREFIXES, VERL_DROPPED_PREFIXES)
+    return port_by_table(key, VERL_KEYS, VERL_PREFIXES, VERL_DROPPED_PREFIXES)
 
 
 def renamed(key: str, megarl_key: str) -> bool:
     """Whether verl's `key` becomes `megarl_key` other than by dropping the `actor_rollout_ref.` level."""
-    by_prefix = _port(key, {}, VERL_PREFIXES, {})
+    by_prefix = port_by_table(key, {}, VERL_PREFIXES, {})
     return megarl_key != (key if by_prefix is None else by_prefix.key)
-
-
-def port_verl_sft_key(key: str) -> Port | None:
-    """Where a key of verl's SFT trainer goes in a `megarl sft` recipe, as `port_verl_key`."""
-    return _port(key, VERL_SFT_KEYS, {}, {})
 
 
 def verl_defaults(megatron: bool) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """`megarl convert [SCRIPT | - | key=value ...] [--out recipe.yaml]`: a verl launch script (or its overrides) as a
-megarl recipe, with what does not carry over listed on stderr (docs/verl-keys.md)."""
+megarl recipe (PPO trainer: `megarl train`; SFT trainers: `megarl sft`), with what does not carry over listed on
+stderr (docs/verl-keys.md)."""
 
 from __future__ import annotations
 
@@ -28,9 +29,9 @@ def read_command(source: str, args: Sequence[str]) -> VerlCommand:
 
 def report(command: VerlCommand, conversion: Conversion, source: str, written: str) -> str:
     """What a person should read: what did not carry over and why, what changed, what to check."""
-    config = command.config_name or ("ppo_megatron_trainer" if conversion.megatron else "ppo_trainer")
     count = len(command.overrides)
-    lines = [f"megarl convert: {source}, {count} verl overrides (verl's {config} config) → {written}"]
+    lines = [f"megarl convert: {source}, {count} verl overrides (verl's {conversion.verl_config} config) → "
+             f"{written}"]
     sections = [("not carried over", conversion.dropped), ("changed (commented in the recipe)", conversion.changed),
                 ("to check", conversion.notes), ("not evaluated in the script", command.notes)]
     for title, items in sections:
@@ -38,14 +39,16 @@ def report(command: VerlCommand, conversion: Conversion, source: str, written: s
             lines += [f"{title}:", *(f"  {item}" for item in items)]
     if conversion.defaults:
         lines.append(f"verl's defaults, stated where megarl's differ: {', '.join(conversion.defaults)}")
-    lines.append(f"next: megarl train --recipe {written if written != 'stdout' else 'R.yaml'} --dry-run")
+    lines.append(f"next: {conversion.schema.command} --recipe {written if written != 'stdout' else 'R.yaml'} "
+                 "--dry-run")
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="megarl convert", description="Turn a verl launch script (python3 -m verl.trainer.main_ppo ...) or "
-        "its key=value overrides into a megarl recipe; what does not carry over is listed on stderr.")
+        prog="megarl convert", description="Turn a verl launch script (python3 -m verl.trainer.main_ppo ..., or "
+        "torchrun -m verl.trainer.fsdp_sft_trainer ...) or its key=value overrides into a megarl recipe; what does "
+        "not carry over is listed on stderr.")
     parser.add_argument("source", help="the launch script, - to read it from standard input, or the first override")
     parser.add_argument("args", nargs="*", help="the script's own arguments ($@), or further overrides")
     parser.add_argument("--out", help="write the recipe here (default: standard output)")
@@ -58,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     conversion = convert(command.overrides, command.config_name, command.module)
     source = "standard input" if args.source == "-" else args.source if command.module else "the overrides"
     header = [f"Converted by `megarl convert` from {source}; comments say where a line differs from verl's."]
-    text = recipe_yaml(conversion.lines, header)
+    text = recipe_yaml(conversion.lines, header, conversion.schema)
     if args.out:
         Path(args.out).write_text(text)
     else:

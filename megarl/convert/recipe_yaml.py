@@ -6,7 +6,7 @@ from typing import Any, Mapping, Protocol, Sequence
 
 import yaml
 
-from megarl.config.loader import RL_RECIPE
+from megarl.config.loader import RL_RECIPE, RecipeSchema
 
 
 class CommentedValue(Protocol):
@@ -19,12 +19,13 @@ def flow(value: Any) -> str:
     return yaml.safe_dump(value, default_flow_style=True, width=1 << 20).removesuffix("\n...\n").strip()
 
 
-def recipe_yaml(lines: Mapping[str, CommentedValue], header: Sequence[str] = ()) -> str:
-    """Nested YAML of `lines` (dotted key → value and comment), sections and keys in the schema's order."""
-    order = {key: i for i, key in enumerate(RL_RECIPE.keys)}
+def recipe_yaml(lines: Mapping[str, CommentedValue], header: Sequence[str] = (),
+                schema: RecipeSchema = RL_RECIPE) -> str:
+    """Nested YAML of `lines` (dotted key → value and comment), sections and keys in `schema`'s order."""
+    order = {key: i for i, key in enumerate(schema.keys)}
 
     def position(key: str) -> tuple[int, str]:
-        parent = RL_RECIPE.open_parent(key)
+        parent = schema.open_parent(key)
         return (order[parent], key) if parent is not None else (order[key], "")
 
     out = [f"# {line}" for line in header]

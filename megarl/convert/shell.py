@@ -2,10 +2,11 @@
 
 Read as bash reads them: line continuations, comments, `NAME=value` (also after `export`) from the script or the
 environment, `$NAME`, `${NAME}`, `${NAME:-default}` (and `-`, `:=`, `=`, `:+`), `$((...))` integer arithmetic,
-`$1`…`$9` and `$@` (the script's own arguments), word splitting of unquoted expansions, quoting ('…' literal,
-"…" expanding, backslash escapes), and the command `python3 -m verl.trainer.main_ppo [--config-name N] key=value
-...` up to a pipe, `;`, `&&` or a redirection. Command substitutions are not run, and `if`, loops and functions are
-not evaluated: assignments inside them apply in order. Each of these leaves a note.
+`$1`…`$9`, `$@` and `shift` (the script's own arguments), word splitting of unquoted expansions, quoting ('…'
+literal, "…" expanding, backslash escapes), and the command `python3 -m verl.trainer.main_ppo [--config-name N]
+key=value ...` (or `torchrun ... -m verl.trainer.fsdp_sft_trainer ...`) up to a pipe, `;`, `&&` or a redirection.
+Command substitutions are not run, and `if`, loops and functions are not evaluated: assignments inside them apply in
+order. Each of these leaves a note.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Iterator, Mapping, Sequence
 Segment = tuple[str, str]  # (text, quote): quote "" (bare, expanded and split), '"' (expanded) or "'" (literal)
 Word = list[Segment]
 
-VERL_MODULE = re.compile(r"(^|\.)main_ppo(_megatron)?$")
+VERL_MODULE = re.compile(r"(^|\.)(main_ppo(_megatron)?|(fsdp_)?sft_trainer)$")
 ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=")
 KEYWORDS = ("then", "else", "do", "{", "}", "fi", "done", "esac", "!")
 COMPOUND = ("if", "elif", "while", "until", "for", "case", "function", "[", "[[", "test")
@@ -54,12 +55,33 @@ def read_script(text: str, args: Sequence[str] = (), env: Mapping[str, str] | No
         if words is None:
             continue
         if "-m" in words[:-1] and VERL_MODULE.search(words[words.index("-m") + 1]):
-            return _verl_command(words[words.index("-m") + 1:], shell.notes)
+            command = _verl_command(words[words.index("-m") + 1:], shell.notes)
+            command.overrides += _torchrun_size(words[:words.index("-m")], command.notes)
+            return command
         loose += words
     if loose and all("=" in word for word in loose):
         return VerlCommand(overrides=loose, notes=shell.notes)
-    raise ScriptError("found no `python3 -m verl.trainer.main_ppo ...` command (or main_ppo_megatron); give the "
-                      "launch script, or its key=value overrides")
+    raise ScriptError("found no `python3 -m verl.trainer.main_ppo ...` command (or main_ppo_megatron, "
+                      "fsdp_sft_trainer, sft_trainer); give the launch script, or its key=value overrides")
+
+
+def _torchrun_size(launcher: list[str], notes: list[str]) -> list[str]:
+    """torchrun's `--nnodes` and `--nproc_per_node` as trainer overrides: verl's SFT trainer runs on the processes
+    torchrun starts, whatever its trainer.* sizes say."""
+    if not launcher or not launcher[0].endswith("torchrun"):
+        return []
+    sizes, words = {}, iter(launcher[1:])
+    for word in words:
+        option, eq, value = word.partition("=")
+        name = {"--nnodes": "trainer.nnodes", "--nproc_per_node": "trainer.n_gpus_per_node",
+                "--nproc-per-node": "trainer.n_gpus_per_node"}.get(option)
+        if name is not None:
+            value = value if eq else next(words, "")
+            if value.isdigit():
+                sizes[name] = value
+    if sizes:
+        notes.append(f"the run's size is torchrun's: {', '.join(f'{k}={v}' for k, v in sizes.items())}")
+    return [f"{key}={value}" for key, value in sizes.items()]
 
 
 def _verl_command(words: list[str], notes: list[str]) -> VerlCommand:
@@ -200,6 +222,10 @@ class _Shell:
             return None
         if _plain(raw[0]) in COMPOUND:
             self._note(f"`{_plain(raw[0])} ...` is not evaluated: the assignments inside apply in order")
+            return None
+        if _plain(raw[0]) == "shift":  # `shift 2`: the script's first arguments were its own (nproc, save path)
+            count = self.expand(raw[1], split=False)[0] if len(raw) > 1 else "1"
+            self.args = self.args[int(count) if count.isdigit() else 1:]
             return None
         if _plain(raw[0]) in DECLARE:
             raw = [w for w in raw[1:] if not _plain(w).startswith("-")]

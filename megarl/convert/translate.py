@@ -11,11 +11,14 @@ from typing import Any, Iterable, Sequence
 from omegaconf import OmegaConf
 
 from megarl.config.errors import ConfigError
-from megarl.config.loader import RL_RECIPE, parse_value
-from megarl.config.verl_keys import MESH, OMIT, NotCarried, VerlRun, port_verl_key, renamed, verl_defaults
+from megarl.config.loader import RL_RECIPE, RecipeSchema, parse_value
+from megarl.config.sft_validate import SFT_RECIPE
+from megarl.config.verl_keys import MESH, OMIT, NotCarried, VerlRun, renamed, verl_defaults
+from megarl.config.verl_sft_keys import VERL_SFT_DEFAULTS, VERL_SFT_WARMUP_RATIO
 from megarl.convert.recipe_yaml import flow
 
 HF_NAME = re.compile(r"[\w.-]+/[\w.-]+")
+SFT_MODULE = re.compile(r"(^|\.)(fsdp_)?sft_trainer$")
 
 
 @dataclass
@@ -29,6 +32,8 @@ class Conversion:
     """A recipe's lines (megarl key → Line) and the report on what did not carry over as it was."""
 
     megatron: bool
+    schema: RecipeSchema = RL_RECIPE  # the recipe's kind: `megarl train`'s, or `megarl sft`'s
+    verl_config: str = ""  # the verl config the overrides apply to
     lines: dict[str, Line] = field(default_factory=dict)
     dropped: list[str] = field(default_factory=list)  # "verl.key=value: why" for what does not carry over
     changed: list[str] = field(default_factory=list)  # "verl.key=value → key=value: why"
@@ -38,20 +43,64 @@ class Conversion:
 
 def convert(overrides: Sequence[str], config_name: str | None = None, module: str | None = None) -> Conversion:
     """Translate verl's Hydra overrides (`key=value`, `+key=`, `++key=`, `~key`) of `module` run with
-    `--config-name config_name` into a megarl recipe's lines."""
+    `--config-name config_name` into a megarl recipe's lines: an RL recipe from verl's PPO trainer, an SFT recipe
+    from its SFT trainers (`model.partial_pretrain` is theirs alone, so bare overrides with it are read as theirs)."""
     verl, dropped = _parse(overrides)
+    if SFT_MODULE.search(module or "") or (module is None and "model.partial_pretrain" in verl):
+        return _convert_sft(verl, dropped, config_name, module)
     megatron = ("megatron" in (config_name or "") or (module or "").endswith("_megatron")
                 or verl.get("actor_rollout_ref.actor.strategy") == "megatron"
                 or any(key.startswith("actor_rollout_ref.actor.megatron.") for key in verl))
-    conversion = Conversion(megatron, dropped=dropped)
-    run = VerlRun(verl, megatron)
-    origins: dict[str, str] = {}
-    for key, value in verl.items():
-        _translate(conversion, run, key, value, origins)
-    _state_verl_defaults(conversion)
+    config = config_name or ("ppo_megatron_trainer" if megatron else "ppo_trainer")
+    conversion = Conversion(megatron, verl_config=config, dropped=dropped)
+    _translate_all(conversion, VerlRun(verl, megatron), verl)
+    _state_verl_defaults(conversion, verl_defaults(megatron), _roles(conversion))
     _colocate_critic(conversion)
     _check_model_paths(conversion)
     return conversion
+
+
+def _convert_sft(verl: dict[str, Any], dropped: list[str], config_name: str | None,
+                 module: str | None) -> Conversion:
+    """verl's SFT trainers: `fsdp_sft_trainer` (config sft_trainer, one prompt and one response column, the
+    example scripts') and `sft_trainer` (config sft_trainer_engine: multi-turn messages through an engine)."""
+    engine = (module or "").endswith(".sft_trainer") and not (module or "").endswith("fsdp_sft_trainer")
+    config = config_name or ("sft_trainer_engine" if engine else "sft_trainer")
+    megatron = verl.get("engine.strategy") == "megatron"
+    conversion = Conversion(megatron, SFT_RECIPE, config, dropped=dropped)
+    run = VerlRun(verl, megatron)
+    _translate_all(conversion, run, verl)
+    if engine:
+        conversion.notes.append("verl's sft_trainer reads multi-turn messages (data.messages_key); megarl's SFT "
+                                "reads a prompt and a response column: set data.prompt_key and data.response_key")
+    else:
+        _state_verl_defaults(conversion, VERL_SFT_DEFAULTS, {})
+        if "optim.lr_warmup_steps" not in conversion.lines and not any("warmup_steps_ratio" in k for k in verl):
+            _state_sft_warmup(conversion, run.get("trainer.total_training_steps"))
+    if "trainer.n_gpus_per_node" not in conversion.lines:
+        conversion.notes.append("verl's SFT runs on the processes torchrun starts (--nproc_per_node), whatever "
+                                "trainer.n_gpus_per_node says: set trainer.n_gpus_per_node to that count")
+    _check_model_paths(conversion)
+    return conversion
+
+
+def _state_sft_warmup(conversion: Conversion, total_steps: int | None) -> None:
+    """verl's SFT warms up over a tenth of the run's steps by default; megarl counts warmup in steps."""
+    if total_steps is None:
+        conversion.notes.append("verl's SFT warms the learning rate up over 10 % of the run's steps (optim."
+                                "lr_warmup_steps_ratio 0.1); megarl counts warmup in steps: set optim.lr_warmup_steps")
+        return
+    steps = round(VERL_SFT_WARMUP_RATIO * total_steps)
+    if steps != _value(conversion, "optim.lr_warmup_steps"):
+        conversion.lines["optim.lr_warmup_steps"] = Line(steps, f"verl's default, {VERL_SFT_WARMUP_RATIO} × "
+                                                                f"trainer.total_training_steps")
+        conversion.defaults.append("optim.lr_warmup_steps")
+
+
+def _translate_all(conversion: Conversion, run: VerlRun, verl: dict[str, Any]) -> None:
+    origins: dict[str, str] = {}
+    for key, value in verl.items():
+        _translate(conversion, run, key, value, origins)
 
 
 def _parse(overrides: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
@@ -86,7 +135,8 @@ def _leaves(key: str, value: Any) -> Iterable[tuple[str, Any]]:
 
 
 def _translate(conversion: Conversion, run: VerlRun, key: str, value: Any, origins: dict[str, str]) -> None:
-    port = port_verl_key(key)
+    schema = conversion.schema
+    port = schema.port_verl_key(key)
     origin = f"{key}={flow(value)}"
     try:
         ours = value if port is None else port.value(value, run)
@@ -96,14 +146,14 @@ def _translate(conversion: Conversion, run: VerlRun, key: str, value: Any, origi
     if ours is OMIT:
         return
     target = key if port is None else port.key
-    if not RL_RECIPE.accepts(target):
-        conversion.dropped.append(f"{origin}: megarl has no {target} (`megarl train --help-keys` lists its keys)")
+    if not schema.accepts(target):
+        conversion.dropped.append(f"{origin}: megarl has no {target} (`{schema.command} --help-keys` lists its keys)")
         return
     changed = ours != value
-    if ours is None and not _nullable(target):
+    if ours is None and not _nullable(schema, target):
         conversion.dropped.append(f"{origin}: empty (as an unset variable leaves it); megarl keeps its default")
         return
-    if RL_RECIPE.keys.get(target) == "list" and ours is not None and not isinstance(ours, list):
+    if schema.keys.get(target) == "list" and ours is not None and not isinstance(ours, list):
         ours = [ours]
     existing = conversion.lines.get(target)
     if existing is not None:
@@ -112,7 +162,7 @@ def _translate(conversion: Conversion, run: VerlRun, key: str, value: Any, origi
         return
     note = port.note if port is not None else ""
     comment = ""
-    if renamed(key, target) or changed:
+    if (renamed(key, target) if schema is RL_RECIPE else key != target) or changed:
         comment = f"verl: {origin}" + (f"; {note}" if note else "")
     if changed:
         conversion.changed.append(f"{origin} → {target}={flow(ours)}" + (f": {note}" if note else ""))
@@ -120,12 +170,12 @@ def _translate(conversion: Conversion, run: VerlRun, key: str, value: Any, origi
     origins[target] = origin
 
 
-def _nullable(key: str) -> bool:
+def _nullable(schema: RecipeSchema, key: str) -> bool:
     """Whether the schema lets `key` be null (a free-form dict's entries may)."""
-    if RL_RECIPE.open_parent(key) is not None:
+    if schema.open_parent(key) is not None:
         return True
     parent, _, leaf = key.rpartition(".")
-    return OmegaConf.select(RL_RECIPE.defaults, parent)._get_node(leaf)._is_optional()
+    return OmegaConf.select(schema.defaults, parent)._get_node(leaf)._is_optional()
 
 
 def _value(conversion: Conversion, key: str) -> Any:
@@ -133,7 +183,7 @@ def _value(conversion: Conversion, key: str) -> Any:
     line = conversion.lines.get(key)
     if line is not None:
         return line.value
-    default = OmegaConf.select(RL_RECIPE.defaults, key)
+    default = OmegaConf.select(conversion.schema.defaults, key)
     return OmegaConf.to_container(default) if OmegaConf.is_config(default) else default
 
 
@@ -144,9 +194,10 @@ def _roles(conversion: Conversion) -> dict[str, bool]:
             "ref": bool(uses_reference) and not _value(conversion, "actor.lora.rank")}  # LoRA: its own reference
 
 
-def _state_verl_defaults(conversion: Conversion) -> None:
-    roles = _roles(conversion)
-    for key, verl_default in verl_defaults(conversion.megatron).items():
+def _state_verl_defaults(conversion: Conversion, defaults: dict[str, Any], roles: dict[str, bool]) -> None:
+    """verl's `defaults` (megarl key → verl's value) for the keys the overrides left out, in the sections of the
+    roles that run."""
+    for key, verl_default in defaults.items():
         section = key.split(".")[0]
         if key in conversion.lines or not roles.get(section, True):
             continue

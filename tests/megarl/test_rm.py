@@ -80,7 +80,8 @@ def test_bad_inputs_are_errors_naming_the_fix(runnable, tmp_path, capsys):
     ("critic.megatron.tensor_model_parallel_size=3", "critic.megatron: tensor × pipeline × context parallel = 3"),
     ("data.val_batch_size=0", "data.val_batch_size=0 must be at least 1"),
     ("data.chosen_key=''", "data.chosen_key is empty"),
-    ("data.response_key=x", "unknown key 'data.response_key'. Did you mean data.responses_key"),
+    ("data.response_key=x", "unknown key 'data.response_key'. That is verl's name; megarl has no data.response_key. "
+                             "Did you mean data.responses_key"),
 ])
 def test_recipe_problems_name_the_key(override, message):
     with pytest.raises(ConfigError, match=message.replace("+", r"\+").replace("(", r"\(")):

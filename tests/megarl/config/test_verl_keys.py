@@ -10,9 +10,9 @@ from megarl.config.verl_keys import (
     VERL_KEYS,
     VERL_MEGATRON_DEFAULTS,
     VERL_PREFIXES,
-    VERL_SFT_KEYS,
     port_verl_key,
 )
+from megarl.config.verl_sft_keys import VERL_SFT_DEFAULTS, VERL_SFT_KEYS
 
 # Keys verl users set (verl's examples/ and its ppo_trainer / ppo_megatron_trainer configs), beside VERL_KEYS.
 COMMON_VERL_KEYS = """
@@ -99,16 +99,19 @@ def test_tables_point_at_keys_and_sections_megarl_has():
     for ours in VERL_PREFIXES.values():
         assert RL_RECIPE.keys.get(ours.rstrip(".")) in ("section", "open"), ours
     for verl_key, port in VERL_SFT_KEYS.items():
-        assert SFT_RECIPE.accepts(port.key), verl_key
+        assert port.key is None or SFT_RECIPE.accepts(port.key), verl_key
+        assert port.key is not None or port.note, verl_key
     assert port_verl_key("data.train_batch_size") is None
     assert port_verl_key("actor_rollout_ref.rollout.val_kwargs.temperature").key == "rollout.val_kwargs.temperature"
     assert port_verl_key("actor_rollout_ref.rollout.engine_kwargs.sglang.x").key == "rollout.engine_kwargs.x"
 
 
-def test_verl_defaults_are_keys_whose_megarl_default_differs():
-    for table in (VERL_DEFAULTS, VERL_FSDP_DEFAULTS, VERL_MEGATRON_DEFAULTS):
-        for key, verl_default in table.items():
-            assert RL_RECIPE.accepts(key), key
-            ours = OmegaConf.select(RL_RECIPE.defaults, key)
-            ours = OmegaConf.to_container(ours) if OmegaConf.is_config(ours) else ours
-            assert ours != verl_default, key
+@pytest.mark.parametrize("schema, table", [(RL_RECIPE, VERL_DEFAULTS), (RL_RECIPE, VERL_FSDP_DEFAULTS),
+                                           (RL_RECIPE, VERL_MEGATRON_DEFAULTS), (SFT_RECIPE, VERL_SFT_DEFAULTS)],
+                         ids=["rl", "fsdp", "megatron", "sft"])
+def test_verl_defaults_are_keys_whose_megarl_default_differs(schema, table):
+    for key, verl_default in table.items():
+        assert schema.accepts(key), key
+        ours = OmegaConf.select(schema.defaults, key)
+        ours = OmegaConf.to_container(ours) if OmegaConf.is_config(ours) else ours
+        assert ours != verl_default, key
