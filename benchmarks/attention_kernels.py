@@ -8,9 +8,10 @@ measured in the same run is the hardware reference.
 
     python benchmarks/attention_kernels.py --shape qwen2.5-0.5b qwen3-0.6b --out $OUT/attention.json
 
-Each kernel runs the same packed batch (sequence lengths drawn uniformly in [mean/2, 3·mean/2] until `--tokens`),
-forward alone and forward + backward; the row gives medians, TFLOP/s (causal: forward 2·Σ L²·d·heads, backward 2.5×
-that), the ratio to the GEMM, and each kernel's largest difference from the first kernel's output and gradients."""
+Each kernel runs the same packed batch (sequence lengths drawn uniformly in [mean/2, 3·mean/2] up to `--tokens`),
+forward alone and forward + backward; the row gives medians, TFLOP/s (causal: forward 2·Σ L²·d·heads, backward
+2.5× that), the ratio to the GEMM, and each kernel's largest difference from the first kernel's output and
+gradients."""
 
 from __future__ import annotations
 
