@@ -97,7 +97,11 @@ VERL_SFT_KEYS: dict[str, Port] = {
     "trainer.resume_from_path": dropped(_SFT_CHECKPOINT + ", and starts from model.path", same_as=None),
     "trainer.default_hdfs_dir": dropped("megarl writes to trainer.output_dir only", same_as=None),
     "trainer.device": dropped("megarl runs on CUDA GPUs, or on CPU where there are none", same_as="cuda"),
+    "engine": dropped("the engine verl's sft_trainer runs (a config group): megarl's is megatron-core always",
+                      same_as="megatron"),
     "engine.strategy": dropped("megarl's engine is megatron-core always", same_as="megatron"),
+    "engine.use_mbridge": dropped("megarl builds the megatron model through mbridge always", same_as=True),
+    "optim": dropped("verl's optimizer config group: megarl's is megatron's distributed Adam (optim.*)"),
     **{f"engine.{name}": _megatron_engine(name) for name in (*MESH, "expert_model_parallel_size", "param_offload",
                                                               "grad_offload", "optimizer_offload")},
 }

@@ -66,7 +66,7 @@ def _convert_sft(verl: dict[str, Any], dropped: list[str], config_name: str | No
     example scripts') and `sft_trainer` (config sft_trainer_engine: multi-turn messages through an engine)."""
     engine = (module or "").endswith(".sft_trainer") and not (module or "").endswith("fsdp_sft_trainer")
     config = config_name or ("sft_trainer_engine" if engine else "sft_trainer")
-    megatron = verl.get("engine.strategy") == "megatron"
+    megatron = "megatron" in (verl.get("engine"), verl.get("engine.strategy"))
     conversion = Conversion(megatron, SFT_RECIPE, config, dropped=dropped)
     run = VerlRun(verl, megatron)
     _translate_all(conversion, run, verl)

@@ -75,10 +75,10 @@ def test_verls_sft_keys_and_defaults_without_a_script():
     assert lines["optim.lr_warmup_steps"] == 5  # verl's lr_warmup_steps_ratio 0.1 of the run's 50 steps
     assert any(line.startswith("optim.lr_scheduler=wsd: megarl's schedules") for line in conversion.dropped)
     assert any("--nproc_per_node" in note for note in conversion.notes)  # no torchrun here to take the size from
-    engine = convert(["model.path=/m", "engine.tensor_model_parallel_size=2", "engine.use_mbridge=true"],
-                     module="verl.trainer.sft_trainer")
-    assert engine.verl_config == "sft_trainer_engine"
+    engine = convert(["model.path=/m", "engine=megatron", "engine.tensor_model_parallel_size=2",
+                      "engine.vanilla_mbridge=true"], module="verl.trainer.sft_trainer")
+    assert engine.verl_config == "sft_trainer_engine" and engine.megatron
     assert engine.lines["actor.megatron.tensor_model_parallel_size"].value == 2
-    assert any(line.startswith("engine.use_mbridge=true: a setting of verl's training engine") for line in
-               engine.dropped)
+    assert engine.dropped == ["engine.vanilla_mbridge=true: a setting of verl's training engine: megarl's is "
+                              "megatron-core (actor.megatron.*)"]  # engine=megatron is what megarl runs
     assert any("data.messages_key" in note for note in engine.notes)
