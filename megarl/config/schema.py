@@ -66,8 +66,8 @@ class MegatronConfig:
     grad_reduce_in_fp32: bool = True
     recompute_granularity: Optional[str] = None  # None | full | selective
     # The transformer layers: megatron-core's local spec with megarl's swaps (the path CI and the GPU tests run), or
-    # Transformer Engine's (transformer_engine: needs TE importable; not yet verified on GPUs). auto: local until
-    # TE's path is verified.
+    # Transformer Engine's (transformer_engine: needs TE importable). auto: local, the faster of the two at every
+    # size measured (docs/models.md).
     transformer_impl: str = "auto"  # auto | local | transformer_engine
 
     @property
