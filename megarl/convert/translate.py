@@ -64,7 +64,7 @@ def _convert_sft(verl: dict[str, Any], dropped: list[str], config_name: str | No
                  module: str | None) -> Conversion:
     """verl's SFT trainers: `fsdp_sft_trainer` (config sft_trainer, one prompt and one response column, the
     example scripts') and `sft_trainer` (config sft_trainer_engine: multi-turn messages through an engine)."""
-    engine = (module or "").endswith(".sft_trainer") and not (module or "").endswith("fsdp_sft_trainer")
+    engine = bool(SFT_MODULE.search(module or "")) and not (module or "").endswith("fsdp_sft_trainer")
     config = config_name or ("sft_trainer_engine" if engine else "sft_trainer")
     megatron = "megatron" in (verl.get("engine"), verl.get("engine.strategy"))
     conversion = Conversion(megatron, SFT_RECIPE, config, dropped=dropped)

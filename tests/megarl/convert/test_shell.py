@@ -67,6 +67,22 @@ def test_config_name_and_module():
         "verl.trainer.main_ppo_megatron", "my_config", ["+trainer.val_before_train=False"])
 
 
+def test_shift_and_torchruns_size():
+    script = """
+nproc_per_node=$1
+save_path=$2
+shift 2
+torchrun --standalone --nnodes=1 --nproc_per_node=$nproc_per_node -m verl.trainer.fsdp_sft_trainer \\
+    trainer.default_local_dir=$save_path $@
+"""
+    command = read_script(script, ["4", "/ckpt", "optim.lr=1e-4"])
+    assert command.module == "verl.trainer.fsdp_sft_trainer"
+    assert command.overrides == ["trainer.default_local_dir=/ckpt", "optim.lr=1e-4", "trainer.nnodes=1",
+                                 "trainer.n_gpus_per_node=4"]  # torchrun's, after the script's own: theirs win
+    assert "the run's size is torchrun's: trainer.nnodes=1, trainer.n_gpus_per_node=4" in command.notes
+    assert read_script("shift\npython3 -m verl.trainer.main_ppo $@", ["x", "a.b=1"]).overrides == ["a.b=1"]
+
+
 def test_what_is_not_evaluated_is_noted():
     script = """
 if [ "$MODE" = "async" ]; then
