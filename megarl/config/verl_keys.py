@@ -200,6 +200,8 @@ VERL_PREFIXES = {
 
 _ONLY_MEGATRON = "megarl trains with megatron-core: FSDP offloads and Ulysses map to their megatron counterparts"
 PACKED = "megarl always packs sequences, without padding"
+_OVERLONG_LOG = ("megarl logs DAPO's overlong penalty whenever reward.overlong_buffer is on "
+                 "(reward/overlong_penalty/mean, reward/overlong_ratio)")
 _MBRIDGE = "megarl always builds the megatron model from the HF checkpoint through mbridge"
 _JOINED = "path/to/file.py:function_name: verl's path and name joined"
 _REF_MESH = "the reference runs in the actor's processes, in the actor's megatron layout"
@@ -268,6 +270,21 @@ VERL_KEYS: dict[str, Port] = {
     "reward_model.reward_kwargs.overlong_buffer_cfg.enable": to("reward.overlong_buffer.enable"),
     "reward_model.reward_kwargs.overlong_buffer_cfg.len": to("reward.overlong_buffer.len"),
     "reward_model.reward_kwargs.overlong_buffer_cfg.penalty_factor": to("reward.overlong_buffer.penalty_factor"),
+    "reward_model.reward_kwargs.overlong_buffer_cfg.log": dropped(_OVERLONG_LOG, same_as=True),
+    "reward_model.overlong_buffer.log": dropped(_OVERLONG_LOG, same_as=True),
+    "reward_model.num_workers": to("reward.workers", "processes that run reward.function"),
+    "reward_model.use_reward_loop": dropped("verl's asynchronous reward loop: megarl scores each response as it "
+                                            "finishes, beside generation, where rollout.mode=async"),
+    "data.trust_remote_code": to("model.trust_remote_code", "one switch for the tokenizer and the model"),
+    "actor_rollout_ref.rollout.expert_parallel_size": dropped(
+        "megarl's engine splits a mixture-of-experts model's experts over its tensor-parallel GPUs (SGLang's ep_size "
+        "is rollout.tensor_model_parallel_size)"),
+    "actor_rollout_ref.rollout.data_parallel_size": dropped(
+        "SGLang's data-parallel attention inside one engine: megarl runs one engine per "
+        "rollout.tensor_model_parallel_size GPUs", same_as=1),
+    **{f"{role}.megatron.virtual_pipeline_model_parallel_size": dropped(
+        "megarl's pipeline has no virtual stages (megatron.pipeline_model_parallel_size)", same_as=None)
+       for role in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic")},
     "reward_model.enable": to("reward.model.path", "the reward model's HF checkpoint directory turns it on (no path: "
                               "off)", _omit),
     "reward_model.model.path": to("reward.model.path"),
