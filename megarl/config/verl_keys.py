@@ -453,7 +453,7 @@ VERL_MEGATRON_DEFAULTS: dict[str, Any] = {"ref.megatron.param_offload": "${actor
 
 
 def port_by_table(key: str, keys: Mapping[str, Port], prefixes: Mapping[str, str],
-          dropped_prefixes: Mapping[str, str]) -> Port | None:
+                  dropped_prefixes: Mapping[str, str]) -> Port | None:
     if key in keys:
         return keys[key]
     matches = [(p, Port(ours + key[len(p):])) for p, ours in prefixes.items() if key.startswith(p)]

@@ -20,7 +20,8 @@ from typing import Iterator, Mapping, Sequence
 Segment = tuple[str, str]  # (text, quote): quote "" (bare, expanded and split), '"' (expanded) or "'" (literal)
 Word = list[Segment]
 
-VERL_MODULE = re.compile(r"(^|\.)(main_ppo(_megatron)?|(fsdp_)?sft_trainer)$")
+SFT_MODULE = re.compile(r"(^|\.)(fsdp_)?sft_trainer$")  # verl's SFT trainers
+VERL_MODULE = re.compile(rf"(^|\.)main_ppo(_megatron)?$|{SFT_MODULE.pattern}")
 ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=")
 KEYWORDS = ("then", "else", "do", "{", "}", "fi", "done", "esac", "!")
 COMPOUND = ("if", "elif", "while", "until", "for", "case", "function", "[", "[[", "test")

@@ -13,12 +13,20 @@ from omegaconf import OmegaConf
 from megarl.config.errors import ConfigError
 from megarl.config.loader import RL_RECIPE, RecipeSchema, parse_value
 from megarl.config.sft_validate import SFT_RECIPE
-from megarl.config.verl_keys import MESH, OMIT, NotCarried, VerlRun, renamed, verl_defaults
+from megarl.config.verl_keys import (
+    MESH,
+    OMIT,
+    NotCarried,
+    VerlRun,
+    renamed,
+    verl_defaults,
+    warmup_steps_from_ratio,
+)
 from megarl.config.verl_sft_keys import VERL_SFT_DEFAULTS, VERL_SFT_WARMUP_RATIO
 from megarl.convert.recipe_yaml import flow
+from megarl.convert.shell import SFT_MODULE
 
 HF_NAME = re.compile(r"[\w.-]+/[\w.-]+")
-SFT_MODULE = re.compile(r"(^|\.)(fsdp_)?sft_trainer$")
 
 
 @dataclass
@@ -76,7 +84,7 @@ def _convert_sft(verl: dict[str, Any], dropped: list[str], config_name: str | No
     else:
         _state_verl_defaults(conversion, VERL_SFT_DEFAULTS, {})
         if "optim.lr_warmup_steps" not in conversion.lines and not any("warmup_steps_ratio" in k for k in verl):
-            _state_sft_warmup(conversion, run.get("trainer.total_training_steps"))
+            _state_sft_warmup(conversion, run)
     if "trainer.n_gpus_per_node" not in conversion.lines:
         conversion.notes.append("verl's SFT runs on the processes torchrun starts (--nproc_per_node), whatever "
                                 "trainer.n_gpus_per_node says: set trainer.n_gpus_per_node to that count")
@@ -84,14 +92,15 @@ def _convert_sft(verl: dict[str, Any], dropped: list[str], config_name: str | No
     return conversion
 
 
-def _state_sft_warmup(conversion: Conversion, total_steps: int | None) -> None:
+def _state_sft_warmup(conversion: Conversion, run: VerlRun) -> None:
     """verl's SFT warms up over a tenth of the run's steps by default; megarl counts warmup in steps."""
-    if total_steps is None:
-        conversion.notes.append("verl's SFT warms the learning rate up over 10 % of the run's steps (optim."
-                                "lr_warmup_steps_ratio 0.1); megarl counts warmup in steps: set optim.lr_warmup_steps")
+    try:
+        steps = warmup_steps_from_ratio("")(VERL_SFT_WARMUP_RATIO, run)
+    except NotCarried as why:
+        conversion.notes.append(f"verl's SFT warms the learning rate up by default (optim.lr_warmup_steps_ratio "
+                                f"{VERL_SFT_WARMUP_RATIO}); {why}")
         return
-    steps = round(VERL_SFT_WARMUP_RATIO * total_steps)
-    if steps != _value(conversion, "optim.lr_warmup_steps"):
+    if steps is not OMIT and steps != _value(conversion, "optim.lr_warmup_steps"):
         conversion.lines["optim.lr_warmup_steps"] = Line(steps, f"verl's default, {VERL_SFT_WARMUP_RATIO} × "
                                                                 f"trainer.total_training_steps")
         conversion.defaults.append("optim.lr_warmup_steps")
